@@ -1,0 +1,23 @@
+# dmlbench workflow: prepare → train → embed → evaluate → report.
+# The single source of truth of the pipeline; dvc.yaml is generated from it
+# (workflow/scripts/make_dvc_yaml.py). Parameters: params.yaml (+ --configfile overlays).
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "params.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/prepare.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        expand("results/tables/{table}.tex", table=list(config["tables"])),
+    default_target: True

@@ -1,0 +1,205 @@
+"""``dmlbench``: one console entry point; every workflow rule calls it, so any step runs by hand.
+
+    dmlbench download KIND                        → data/raw/KIND/ (official archives, checksummed)
+    dmlbench prepare DATASET                      → data/prepared/DATASET/manifest.csv
+    dmlbench train --dataset D --method M --seed S → results/runs/D/M/seedS/{checkpoint.pt,log.csv}
+    dmlbench embed RUN_DIR                         → RUN_DIR/embeddings.npz
+    dmlbench evaluate EMBEDDINGS.npz --out METRICS.json
+    dmlbench report TABLE                          → results/tables/TABLE.tex + results/plots/TABLE_*.png
+    dmlbench info backbones                        stages and output shapes of every backbone
+
+Parameters come from ``--config`` files (default ``params.yaml``; more files are
+overlays merged on top, like Snakemake's ``--configfile``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dmlbench.config import ConfigError, load_config, resolve_run, section
+
+PREPARED_DIR = Path("data/prepared")
+RUNS_DIR = Path("results/runs")
+SCRATCH_DIR = Path(".scratch")
+
+
+def manifest_path(dataset: str) -> Path:
+    """Where ``prepare`` writes a dataset's manifest."""
+    return PREPARED_DIR / dataset / "manifest.csv"
+
+
+def run_dir(dataset: str, method: str, seed: int) -> Path:
+    """Directory of one run's outputs."""
+    return RUNS_DIR / dataset / method / f"seed{seed}"
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import faiss
+        import torch
+
+        torch.set_num_threads(threads)
+        faiss.omp_set_num_threads(threads)
+
+
+def _parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",") if k.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--recall-ks expects comma-separated integers, got {text!r}") from err
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"--recall-ks needs positive integers, got {text!r}")
+    return ks
+
+
+def cmd_prepare(args: argparse.Namespace) -> None:
+    from dmlbench.data.registry import prepare_dataset
+
+    config = load_config(args.config)
+    out = Path(args.out) if args.out else manifest_path(args.dataset).parent
+    path = prepare_dataset(section(config, "datasets", args.dataset), out)
+    print(f"prepared {args.dataset}: {path}")
+
+
+def cmd_download(args: argparse.Namespace) -> None:
+    from dmlbench.data.download import download
+
+    root = download(args.kind, Path(args.raw_dir), allow_unverified=args.allow_unverified)
+    print(f"downloaded {args.kind} to {root}\nprepare it with: DMLBENCH_{args.kind.upper()}_ROOT={root} "
+          f"dmlbench prepare <dataset of kind {args.kind}>")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from dmlbench.training.trainer import train_run
+
+    config = load_config(args.config)
+    run = resolve_run(config, args.dataset, args.method, args.seed)
+    out = Path(args.out) if args.out else run_dir(args.dataset, args.method, args.seed)
+    scratch = Path(args.scratch_dir) if args.scratch_dir else SCRATCH_DIR / out
+    manifest = Path(args.manifest) if args.manifest else manifest_path(args.dataset)
+    result = train_run(run, manifest, out, scratch, progress=not args.no_progress)
+    print(f"trained {out}: selected epoch {result.best_epoch} ({run['training']['selection']} score "
+          f"{result.best_score:.4f})")
+
+
+def cmd_embed(args: argparse.Namespace) -> None:
+    from dmlbench.training.checkpoint import load_checkpoint
+    from dmlbench.training.embed import embed_run
+
+    directory = Path(args.run_dir)
+    checkpoint = directory / "checkpoint.pt"
+    manifest = Path(args.manifest) if args.manifest else manifest_path(load_checkpoint(checkpoint)["run"]["dataset"])
+    out = embed_run(checkpoint, manifest, Path(args.out) if args.out else directory / "embeddings.npz")
+    print(f"embedded {out}")
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from dmlbench.evaluation import KMeansSettings, evaluate_file
+
+    kmeans = KMeansSettings(seed=args.kmeans_seed, niter=args.kmeans_niter, nredo=args.kmeans_nredo)
+    metrics = evaluate_file(args.embeddings, args.out, args.recall_ks, kmeans=kmeans, chunk_size=args.chunk_size)
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "/" not in k and k[:2] in ("R@", "NM", "MA"))
+    print(f"evaluated {args.embeddings}: {shown}")
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from dmlbench.report.pipeline import report_table
+
+    config = load_config(args.config)
+    report_table(config, args.table, RUNS_DIR, Path(args.tables_dir), Path(args.plots_dir))
+
+
+def cmd_info(args: argparse.Namespace) -> None:
+    from dmlbench.models.backbones import BACKBONES
+
+    for name, build in BACKBONES.items():
+        backbone = build()
+        print(f"{name} (input 3×{args.image_size}×{args.image_size})")
+        for stage, shape in backbone.stage_shapes(args.image_size).items():
+            print(f"  {stage:<10} {'×'.join(str(s) for s in shape)}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dmlbench", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", action="append", metavar="YAML",
+                       help="params file; repeat for overlays (default: params.yaml)")
+        p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and faiss")
+
+    p = sub.add_parser("prepare", help="turn a dataset into the canonical manifest")
+    p.add_argument("dataset", help="a key of the 'datasets' params section")
+    p.add_argument("--out", help="output directory (default data/prepared/DATASET)")
+    with_config(p)
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("download", help="fetch and extract a real dataset's official archives (checksummed)")
+    p.add_argument("kind", help="cub200, cars196, sop (In-Shop and VehicleID are distributed by request)")
+    p.add_argument("--raw-dir", default="data/raw", help="where archives and extracted files go")
+    p.add_argument("--allow-unverified", action="store_true",
+                   help="accept an archive whose checksum is not pinned (its sha256 is printed)")
+    p.set_defaults(func=cmd_download)
+
+    p = sub.add_parser("train", help="train one run (dataset, method, seed); resumes when interrupted")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--method", required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--manifest", help="default data/prepared/DATASET/manifest.csv")
+    p.add_argument("--out", help="default results/runs/DATASET/METHOD/seedSEED")
+    p.add_argument("--scratch-dir", help="resume checkpoints (default .scratch/<out>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    with_config(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("embed", help="write a trained run's test embeddings")
+    p.add_argument("run_dir", help="directory with checkpoint.pt")
+    p.add_argument("--manifest", help="default: the run's dataset under data/prepared")
+    p.add_argument("--out", help="default RUN_DIR/embeddings.npz")
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=cmd_embed)
+
+    p = sub.add_parser("evaluate", help="Recall@K, NMI, MAP@R, R-precision of an embeddings .npz")
+    p.add_argument("embeddings", help=".npz with embeddings, labels[, split, learner_slices]")
+    p.add_argument("--out", required=True, help="metrics JSON")
+    p.add_argument("--recall-ks", type=_parse_ks, default=[1, 2, 4, 8], help="e.g. 1,2,4,8")
+    p.add_argument("--kmeans-seed", type=int, default=0)
+    p.add_argument("--kmeans-niter", type=int, default=100)
+    p.add_argument("--kmeans-nredo", type=int, default=1)
+    p.add_argument("--chunk-size", type=int, default=4096, help="queries per kNN search chunk")
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("report", help="LaTeX table and plots of a table spec (tables.TABLE)")
+    p.add_argument("table", help="a key of the 'tables' params section, e.g. table1")
+    p.add_argument("--tables-dir", default="results/tables")
+    p.add_argument("--plots-dir", default="results/plots")
+    with_config(p)
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("info", help="describe registered components")
+    p.add_argument("what", choices=["backbones"])
+    p.add_argument("--image-size", type=int, default=224)
+    p.set_defaults(func=cmd_info)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "config", "absent") is None:
+        args.config = ["params.yaml"]
+    _set_threads(getattr(args, "threads", None))
+    try:
+        args.func(args)
+    except (ConfigError, KeyError, ValueError, FileNotFoundError, OSError) as err:
+        message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        print(f"dmlbench {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""Parameters: ``params.yaml`` plus overlays, validated by a JSON schema.
+
+``params.yaml`` is the configuration of both Snakemake and DVC. Overlays
+(``--configfile`` in Snakemake, ``--config`` here) are deep-merged on top of it
+in order: mappings merge key by key, everything else (lists included) is
+replaced.
+
+A *run* is (dataset, method, seed). Its training settings are resolved as
+``training`` ← ``datasets.<d>.training`` ← ``methods.<m>.training`` (later
+wins), so a method section only states what differs from the defaults.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_RESOURCE = "params.schema.json"
+
+
+class ConfigError(ValueError):
+    """The parameters are missing, malformed or inconsistent."""
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``override`` into a copy of ``base``; nested mappings merge, the rest is replaced.
+
+    >>> deep_merge({"a": {"x": 1, "y": 2}, "b": [1]}, {"a": {"y": 3}, "b": [2]})
+    {'a': {'x': 1, 'y': 3}, 'b': [2]}
+    """
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read one YAML mapping; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: parameter file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({err})") from err
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return dict(data)
+
+
+def schema() -> dict[str, Any]:
+    """The JSON schema of the parameters (shipped with the package)."""
+    return json.loads(resources.files("dmlbench").joinpath(SCHEMA_RESOURCE).read_text())
+
+
+def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
+    """Validate against the schema and check cross-references between sections.
+
+    Raises:
+        ConfigError: naming the key path (e.g. ``methods.triplet.loss.margin``) and the problem.
+    """
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"  {'.'.join(str(p) for p in err.absolute_path) or '<top>'}: {err.message}" for err in errors[:10]]
+        raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
+    for table_name, table in config.get("tables", {}).items():
+        for key, section in (("datasets", "datasets"), ("methods", "methods")):
+            unknown = [name for name in table[key] if name not in config[section]]
+            if unknown:
+                raise ConfigError(
+                    f"{source}: tables.{table_name}.{key} names {unknown}, which are not defined under "
+                    f"'{section}' (defined: {sorted(config[section])})"
+                )
+
+
+def load_config(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """Load ``params.yaml`` and overlays (in order), merge and validate them."""
+    if not paths:
+        raise ConfigError("no parameter file given (expected params.yaml and optional overlays)")
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = deep_merge(merged, load_yaml(path))
+    validate_config(merged, source=" + ".join(str(p) for p in paths))
+    return merged
+
+
+def section(config: Mapping[str, Any], *keys: str) -> Any:
+    """``config[k1][k2]...`` with an error that names the missing key path."""
+    node: Any = config
+    for depth, key in enumerate(keys):
+        if not isinstance(node, Mapping) or key not in node:
+            raise ConfigError(f"parameter '{'.'.join(keys[: depth + 1])}' is not defined")
+        node = node[key]
+    return node
+
+
+def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int) -> dict[str, Any]:
+    """Everything one run needs, self-contained (stored in its checkpoint).
+
+    Returns:
+        ``{"dataset": name, "dataset_config": ..., "method": name, "method_config": ...,
+        "training": merged training settings, "evaluation": ..., "seed": seed}``.
+    """
+    dataset_config = section(config, "datasets", dataset)
+    method_config = section(config, "methods", method)
+    training = deep_merge(section(config, "training"), dataset_config.get("training", {}))
+    training = deep_merge(training, method_config.get("training", {}))
+    return {
+        "dataset": dataset,
+        "dataset_config": {k: v for k, v in dataset_config.items() if k != "training"},
+        "method": method,
+        "method_config": {k: v for k, v in method_config.items() if k != "training"},
+        "training": training,
+        "evaluation": dict(section(config, "evaluation")),
+        "seed": int(seed),
+    }

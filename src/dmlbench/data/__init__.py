@@ -1,0 +1,1 @@
+"""Datasets: preparers (one module per dataset), the manifest, transforms and samplers."""

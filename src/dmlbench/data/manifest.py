@@ -1,0 +1,147 @@
+"""The canonical manifest: one CSV per prepared dataset.
+
+Every dataset, real or generated, ends in the same format, so nothing
+downstream knows where the images came from.
+
+Columns (in this order):
+
+``path``
+    Image file, absolute or relative to the directory holding the manifest.
+``label``
+    Integer class id, unique per class within the dataset (not necessarily
+    contiguous; :func:`contiguous_labels` remaps a subset to ``0..C-1``).
+``class_name``
+    Human-readable class name.
+``split``
+    One of :data:`SPLITS`. ``val`` is normally carved at training time from
+    the ``train`` classes (:mod:`dmlbench.data.splits`); ``query``/``gallery``
+    are for retrieval datasets such as In-Shop.
+``bbox`` (optional)
+    ``"x y w h"`` in pixels of the image file, or empty.
+
+Writes are atomic (temporary file + rename), so an interrupted ``prepare``
+never leaves a half-written manifest behind.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dmlbench.atomic import atomic_output
+
+SPLITS: tuple[str, ...] = ("train", "val", "test", "query", "gallery")
+REQUIRED_COLUMNS: tuple[str, ...] = ("path", "label", "class_name", "split")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("bbox",)
+
+
+class ManifestError(ValueError):
+    """A manifest file is missing, malformed, or does not match its expected content."""
+
+
+def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>") -> pd.DataFrame:
+    """Check columns, dtypes and split names; return the frame with canonical column order.
+
+    Raises:
+        ManifestError: naming ``source`` and the offending column or values.
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ManifestError(
+            f"{source}: missing column(s) {missing}; a manifest needs {list(REQUIRED_COLUMNS)} "
+            f"(+ optional {list(OPTIONAL_COLUMNS)}). Re-run `dmlbench prepare <dataset>`."
+        )
+    unknown = [c for c in frame.columns if c not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
+    if unknown:
+        raise ManifestError(f"{source}: unknown column(s) {unknown}")
+    bad_splits = sorted(set(frame["split"].astype(str)) - set(SPLITS))
+    if bad_splits:
+        raise ManifestError(f"{source}: unknown split value(s) {bad_splits}; allowed: {list(SPLITS)}")
+    if frame["path"].isna().any() or (frame["path"].astype(str) == "").any():
+        raise ManifestError(f"{source}: empty 'path' in row(s) {list(np.flatnonzero(frame['path'].isna()))[:5]}")
+    try:
+        labels = frame["label"].astype(np.int64)
+    except (TypeError, ValueError) as err:
+        raise ManifestError(f"{source}: column 'label' must hold integers ({err})") from err
+    names_per_label = frame.groupby(labels)["class_name"].nunique()
+    ambiguous = names_per_label[names_per_label > 1]
+    if len(ambiguous):
+        raise ManifestError(f"{source}: label(s) {list(ambiguous.index[:5])} carry more than one class_name")
+    columns = list(REQUIRED_COLUMNS) + [c for c in OPTIONAL_COLUMNS if c in frame.columns]
+    out = frame[columns].copy()
+    out["label"] = labels
+    out["class_name"] = out["class_name"].astype(str)
+    out["split"] = out["split"].astype(str)
+    if "bbox" in out.columns:
+        out["bbox"] = out["bbox"].fillna("").astype(str)
+    return out.reset_index(drop=True)
+
+
+def read_manifest(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read and validate a manifest; relative image paths become absolute.
+
+    Returns:
+        DataFrame with the columns of :func:`validate`; ``path`` absolute.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"{path}: manifest not found. Run `dmlbench prepare <dataset>` first.")
+    frame = pd.read_csv(path, dtype={"path": str, "class_name": str, "split": str, "bbox": str},
+                        keep_default_na=False)
+    frame = validate(frame, source=path)
+    root = path.parent.resolve()
+    frame["path"] = [p if os.path.isabs(p) else str(root / p) for p in frame["path"]]
+    return frame
+
+
+def write_manifest(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Validate and atomically write a manifest CSV (temporary file, then rename)."""
+    path = Path(path)
+    frame = validate(frame, source=path)
+    with atomic_output(path) as tmp:
+        frame.to_csv(tmp, index=False, lineterminator="\n")
+    return path
+
+
+def select_splits(frame: pd.DataFrame, splits: Iterable[str]) -> pd.DataFrame:
+    """Rows whose ``split`` is in ``splits``, index reset."""
+    splits = list(splits)
+    unknown = sorted(set(splits) - set(SPLITS))
+    if unknown:
+        raise ManifestError(f"unknown split(s) {unknown}; allowed: {list(SPLITS)}")
+    return frame[frame["split"].isin(splits)].reset_index(drop=True)
+
+
+def contiguous_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Map arbitrary integer labels to ``0..C-1`` in sorted order.
+
+    Returns:
+        ``(mapped, classes)``: ``mapped`` (N,) int64 and ``classes`` (C,) the
+        original label of each new id.
+
+    >>> contiguous_labels(np.array([7, 3, 7, 9]))
+    (array([1, 0, 1, 2]), array([3, 7, 9]))
+    """
+    classes, mapped = np.unique(np.asarray(labels), return_inverse=True)
+    return mapped.astype(np.int64), classes
+
+
+def assert_split_counts(frame: pd.DataFrame, expected: dict[str, tuple[int, int]], source: str) -> None:
+    """Stop unless every split has exactly the expected (images, classes) counts.
+
+    Args:
+        expected: ``{split: (n_images, n_classes)}``.
+        source: what to name in the error (dataset name or file).
+    """
+    for split, (n_images, n_classes) in expected.items():
+        rows = frame[frame["split"] == split]
+        found = (len(rows), rows["label"].nunique())
+        if found != (n_images, n_classes):
+            raise ManifestError(
+                f"{source}: split '{split}' has {found[0]} images / {found[1]} classes, "
+                f"expected {n_images} / {n_classes}. The copy is incomplete or not the official release."
+            )

@@ -1,0 +1,310 @@
+"""What the preparers of the official benchmark datasets share.
+
+Each of ``cub200``, ``cars196``, ``sop``, ``inshop`` and ``vehicleid`` parses
+its official list files into :class:`Record` s and hands them to
+:func:`write_dataset`, which asserts the pinned split counts, checks the image
+files, materialises bounding-box crops when asked, and writes the manifest
+last. The local copy of a dataset is only ever read: manifest paths point into
+it, and crops go under the output directory.
+
+Params section of a real dataset (``datasets.<name>``)::
+
+    kind: cub200          # picks the module
+    root: null            # extracted official copy; null -> $DMLBENCH_<KIND>_ROOT
+    verify_images: true   # open every image header (default per dataset)
+    expected_counts:      # tests'/fixtures' hook: replaces the pinned counts
+      train: [n_images, n_classes]
+      test: [n_images, n_classes]
+    # + the dataset's own options (cropped, test_size), and keys read by other
+    #   parts of the pipeline, which are ignored here: label, recall_ks, training
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dmlbench.data.images import (
+    IMAGE_ERRORS,
+    BBox,
+    format_bbox,
+    missing_files,
+    raise_for_failures,
+    save_crop,
+    unreadable_images,
+)
+from dmlbench.data.manifest import SPLITS, ManifestError, assert_split_counts, write_manifest
+
+#: Keys of a dataset section that belong to other parts of the pipeline.
+IGNORED_KEYS: frozenset[str] = frozenset({"kind", "label", "recall_ks", "training"})
+#: Keys every real dataset understands.
+COMMON_KEYS: frozenset[str] = frozenset({"root", "verify_images", "expected_counts"})
+
+Counts = dict[str, tuple[int, int]]
+"""``{split: (n_images, n_classes)}``."""
+
+
+class DatasetConfigError(ValueError):
+    """A dataset's params section has an unknown key or a bad value."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """No local copy of a dataset, or the copy lacks one of the expected files."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Static facts about one official dataset.
+
+    Attributes:
+        kind: the ``kind`` in params and the name of ``dmlbench download <kind>``.
+        title: human-readable name, used in messages.
+        root_name: folder name of the dataset root in the official release.
+        homepage: official page, named when the data must be fetched by hand.
+        verify_images: default of the ``verify_images`` option.
+        options: dataset-specific params keys and their defaults.
+        manual: how to obtain the data when ``dmlbench download`` cannot.
+    """
+
+    kind: str
+    title: str
+    root_name: str
+    homepage: str
+    verify_images: bool
+    options: Mapping[str, Any] = field(default_factory=dict)
+    manual: str = ""
+
+    @property
+    def env_var(self) -> str:
+        """Environment variable naming the local root, e.g. ``DMLBENCH_CUB200_ROOT``."""
+        return f"DMLBENCH_{self.kind.upper()}_ROOT"
+
+    def where_to_point(self) -> str:
+        """The sentence that tells a user how to make the data available."""
+        return (
+            f"Point dmlbench at an extracted copy of the official release: set the environment "
+            f"variable {self.env_var}=/path/to/{self.root_name}, or `root: /path/to/{self.root_name}` "
+            f"in this dataset's params section (datasets.<name>.root), or run "
+            f"`dmlbench download {self.kind}`. See docs/datasets.md."
+        )
+
+
+@dataclass(frozen=True)
+class Record:
+    """One image of a dataset as the official lists describe it.
+
+    Attributes:
+        path: absolute path of the image inside the local copy.
+        label: class id of the official release (unique per class).
+        class_name: human-readable class name.
+        split: one of :data:`dmlbench.data.manifest.SPLITS`.
+        bbox: ``(x, y, w, h)`` in pixels, or None.
+    """
+
+    path: Path
+    label: int
+    class_name: str
+    split: str
+    bbox: BBox | None = None
+
+
+def read_options(config: Mapping[str, Any], info: DatasetInfo) -> dict[str, Any]:
+    """Check the keys of a params section and return the options with their defaults.
+
+    Returns:
+        ``{"verify_images": bool, **info.options}`` with the values from ``config``.
+
+    Raises:
+        DatasetConfigError: an unknown key, or a non-boolean ``verify_images`` /
+            ``cropped``.
+    """
+    allowed = IGNORED_KEYS | COMMON_KEYS | set(info.options)
+    unknown = sorted(set(config) - allowed)
+    if unknown:
+        raise DatasetConfigError(
+            f"{info.title} (kind {info.kind!r}): unknown params key(s) {unknown}; "
+            f"allowed: {sorted(allowed - IGNORED_KEYS)} (and {sorted(IGNORED_KEYS)}, read elsewhere)"
+        )
+    options = {"verify_images": info.verify_images, **info.options}
+    options.update({k: config[k] for k in options if config.get(k) is not None})
+    for key in ("verify_images", "cropped"):
+        if key in options and not isinstance(options[key], bool):
+            raise DatasetConfigError(f"{info.title}: `{key}` must be true or false, got {options[key]!r}")
+    return options
+
+
+def locate_root(config: Mapping[str, Any], info: DatasetInfo) -> Path:
+    """The local copy's root: ``config["root"]``, else ``$DMLBENCH_<KIND>_ROOT``.
+
+    Returns:
+        Absolute path (not resolved through symlinks) of an existing directory.
+
+    Raises:
+        DatasetNotFoundError: neither is set, or the path is not a directory.
+    """
+    root = config.get("root") or os.environ.get(info.env_var)
+    if not root:
+        raise DatasetNotFoundError(f"{info.title}: no local copy configured. {info.where_to_point()}")
+    path = Path(os.path.abspath(os.path.expanduser(str(root))))
+    if not path.is_dir():
+        raise DatasetNotFoundError(f"{info.title}: root {path} is not a directory. {info.where_to_point()}")
+    return path
+
+
+def require(root: Path, info: DatasetInfo, *candidates: str) -> Path:
+    """The first of ``candidates`` (paths relative to ``root``) that exists.
+
+    Raises:
+        DatasetNotFoundError: naming every candidate tried.
+    """
+    for rel in candidates:
+        if (root / rel).exists():
+            return root / rel
+    tried = " or ".join(str(root / rel) for rel in candidates)
+    raise DatasetNotFoundError(f"{info.title}: expected file {tried} not found. {info.where_to_point()}")
+
+
+def read_rows(path: Path, n_columns: int, skip: int = 0) -> list[list[str]]:
+    """Whitespace-separated rows of a list file, skipping ``skip`` header lines and blank lines.
+
+    Raises:
+        ManifestError: a row with a different number of columns (file and line named).
+    """
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if number <= skip or not line.strip():
+                continue
+            row = line.split()
+            if len(row) != n_columns:
+                raise ManifestError(
+                    f"{path}:{number}: expected {n_columns} columns, found {len(row)}: {line.strip()!r}"
+                )
+            rows.append(row)
+    return rows
+
+
+def expected_counts(config: Mapping[str, Any], pinned: Counts, info: DatasetInfo) -> Counts:
+    """The pinned counts, or the ``expected_counts`` override of the params section.
+
+    The override is the hook that lets miniature fixtures run through the
+    same code path as the real data: ``{split: [n_images, n_classes]}``.
+    """
+    override = config.get("expected_counts")
+    if override is None:
+        return dict(pinned)
+    if not isinstance(override, Mapping):
+        raise DatasetConfigError(f"{info.title}: `expected_counts` must map split -> [n_images, n_classes]")
+    counts: Counts = {}
+    for split, value in override.items():
+        ok = split in SPLITS and isinstance(value, Sequence) and len(value) == 2
+        if not ok or not all(isinstance(v, int) and v >= 0 for v in value):
+            raise DatasetConfigError(
+                f"{info.title}: expected_counts.{split} = {value!r}; need a split in {list(SPLITS)} "
+                f"mapped to [n_images, n_classes]"
+            )
+        counts[split] = (value[0], value[1])
+    return counts
+
+
+def write_dataset(
+    records: Iterable[Record],
+    out_dir: Path,
+    *,
+    info: DatasetInfo,
+    expected: Counts,
+    sources: Mapping[str, str],
+    verify: bool,
+    crop_base: Path | None = None,
+) -> Path:
+    """Check the records and write ``out_dir/manifest.csv`` (the last file written).
+
+    In order: the split counts (per split, naming the list file it came
+    from), class-disjointness of ``train`` and the evaluation splits, that
+    every image exists, optionally that every image header opens, optionally
+    the crops; then the manifest. All problems of one kind are reported in a
+    single error.
+
+    Args:
+        expected: ``{split: (n_images, n_classes)}`` to assert.
+        sources: ``{split: list file}`` named in count errors.
+        verify: open every image header (:func:`dmlbench.data.images.unreadable_images`).
+        crop_base: when set, write the bbox crop of every image to
+            ``out_dir/images/<path relative to crop_base>`` and point the
+            manifest there (relative paths, no ``bbox`` column); otherwise the
+            manifest points into the local copy and keeps a ``bbox`` column
+            when the records have boxes.
+
+    Returns:
+        Path of the manifest.
+    """
+    records = list(records)
+    frame = pd.DataFrame(
+        {
+            "path": [str(r.path) for r in records],
+            "label": [r.label for r in records],
+            "class_name": [r.class_name for r in records],
+            "split": [r.split for r in records],
+        }
+    )
+    for split, counts in expected.items():
+        assert_split_counts(frame, {split: counts}, source=f"{info.title} ({sources.get(split, 'list files')})")
+    _assert_class_disjoint(frame, info)
+
+    raise_for_failures(missing_files(frame["path"]), info.title)
+    if verify:
+        raise_for_failures(unreadable_images(frame["path"]), f"{info.title} (verify_images)")
+
+    if crop_base is not None:
+        frame["path"] = _materialise_crops(records, crop_base, out_dir, info)
+    elif any(r.bbox is not None for r in records):
+        frame["bbox"] = [format_bbox(r.bbox) if r.bbox is not None else "" for r in records]
+    return write_manifest(frame, out_dir / "manifest.csv")
+
+
+def _assert_class_disjoint(frame: pd.DataFrame, info: DatasetInfo) -> None:
+    """Zero-shot protocol: no class of ``train`` may appear in an evaluation split."""
+    train = set(frame.loc[frame["split"] == "train", "label"])
+    shared = sorted(train & set(frame.loc[frame["split"] != "train", "label"]))
+    if shared:
+        raise ManifestError(
+            f"{info.title}: {len(shared)} class(es) appear in both train and an evaluation split "
+            f"(e.g. {shared[:5]}); the benchmark protocol needs class-disjoint splits"
+        )
+
+
+def _materialise_crops(records: list[Record], crop_base: Path, out_dir: Path, info: DatasetInfo) -> list[str]:
+    """Write every bbox crop under a temporary folder, then rename it to ``out_dir/images``.
+
+    Returns:
+        Manifest paths of the crops, relative to ``out_dir``.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    final = out_dir / "images"
+    tmp, old = out_dir / f".images.tmp{os.getpid()}", out_dir / f".images.old{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    paths, failures = [], []
+    try:
+        for record in records:
+            if record.bbox is None:
+                raise ManifestError(f"{info.title}: {record.path} has no bounding box to crop to")
+            rel = record.path.relative_to(crop_base)
+            try:
+                save_crop(record.path, record.bbox, tmp / rel)
+            except IMAGE_ERRORS as err:
+                failures.append((str(record.path), f"{type(err).__name__}: {err}"))
+            paths.append(str(Path("images") / rel))
+        raise_for_failures(failures, f"{info.title} (cropping)")
+        if final.exists():
+            os.replace(final, old)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return paths

@@ -1,0 +1,93 @@
+"""NMI of a K-means clustering of the embeddings against the class labels."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+from sklearn.metrics import normalized_mutual_info_score
+
+_FAISS_MAX_SEED = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class KMeansSettings:
+    """Settings of the faiss K-means run behind NMI; recorded in the metrics.
+
+    Attributes:
+        seed: faiss clustering seed (initial centroids, empty-cluster splits), in [0, 2**31).
+        niter: maximum Lloyd iterations per run, ≥ 1 (recent faiss stops earlier once the
+            objective no longer changes, i.e. at a fixed point, which gives the same result).
+        nredo: independent runs; the one with the lowest objective is kept, ≥ 1.
+    """
+
+    seed: int = 0
+    niter: int = 100
+    nredo: int = 1
+
+    def __post_init__(self) -> None:
+        for name, low, high in (("seed", 0, _FAISS_MAX_SEED), ("niter", 1, None), ("nredo", 1, None)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise TypeError(f"KMeansSettings.{name} must be an int, got {value!r}")
+            if value < low or (high is not None and value > high):
+                bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+                raise ValueError(f"KMeansSettings.{name} must be {bound}, got {value}")
+
+    def as_metrics(self) -> dict[str, float]:
+        """The settings as numeric metric entries (``kmeans_seed``, ``kmeans_niter``, ``kmeans_nredo``)."""
+        return {"kmeans_seed": float(self.seed), "kmeans_niter": float(self.niter), "kmeans_nredo": float(self.nredo)}
+
+
+def kmeans_assignments(embeddings: np.ndarray, num_clusters: int, settings: KMeansSettings) -> np.ndarray:
+    """Cluster index of each row after faiss K-means (Euclidean) on all rows.
+
+    ``max_points_per_centroid`` is set above N / num_clusters so faiss never
+    subsamples the training set; ``min_points_per_centroid`` is 1 so faiss does
+    not warn about few points per cluster (typical in retrieval data sets).
+
+    Args:
+        embeddings: (N, d) float32, C-contiguous.
+        num_clusters: K, 1 ≤ K ≤ N.
+        settings: seed and iteration counts.
+
+    Returns:
+        (N,) int64 in [0, num_clusters).
+    """
+    num_points, dim = embeddings.shape
+    kmeans = faiss.Kmeans(
+        dim,
+        num_clusters,
+        niter=settings.niter,
+        nredo=settings.nredo,
+        seed=settings.seed,
+        max_points_per_centroid=math.ceil(num_points / num_clusters) + 1,
+        min_points_per_centroid=1,
+        verbose=False,
+        gpu=faiss.get_num_gpus() > 0,
+    )
+    kmeans.train(embeddings)
+    _, assignment = kmeans.index.search(embeddings, 1)
+    return assignment[:, 0]
+
+
+def clustering_nmi(embeddings: np.ndarray, labels: np.ndarray, settings: KMeansSettings) -> float:
+    """NMI (arithmetic normalisation) between the labels and K-means with K = number of distinct labels.
+
+    Args:
+        embeddings: (N, d) float32, C-contiguous.
+        labels: (N,) int class labels.
+        settings: K-means settings.
+
+    Returns:
+        NMI in [0, 1].
+
+    >>> x = np.array([[0.0], [0.1], [10.0], [10.1]], dtype=np.float32)
+    >>> clustering_nmi(x, np.array([3, 3, 7, 7]), KMeansSettings(niter=10))
+    1.0
+    """
+    num_clusters = len(np.unique(labels))
+    assignment = kmeans_assignments(embeddings, num_clusters, settings)
+    return float(normalized_mutual_info_score(labels, assignment, average_method="arithmetic"))

@@ -1,0 +1,153 @@
+"""The benchmark's metric set for one embedding matrix: Recall@K, NMI, MAP@R, R-precision."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from dmlbench.evaluation.clustering import KMeansSettings, clustering_nmi
+from dmlbench.evaluation.knn import faiss_threads
+from dmlbench.evaluation.retrieval import build_task, retrieval_metrics
+from dmlbench.evaluation.validation import (
+    check_embeddings,
+    check_labels,
+    check_learner_slices,
+    check_positive,
+    check_recall_ks,
+    check_split,
+)
+
+
+def l2_normalise(embeddings: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit Euclidean norm; all-zero rows stay zero.
+
+    Args:
+        embeddings: (N, d) float32.
+
+    Returns:
+        (N, d) float32, C-contiguous.
+
+    >>> l2_normalise(np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32))
+    array([[0.6, 0.8],
+           [0. , 0. ]], dtype=float32)
+    """
+    norms = np.linalg.norm(embeddings, axis=1, keepdims=True)
+    return np.divide(embeddings, norms, out=np.zeros_like(embeddings), where=norms > 0)
+
+
+def _views(embeddings: np.ndarray, learner_slices: list[tuple[int, int]]) -> Iterator[tuple[str, np.ndarray]]:
+    """(key prefix, embeddings) of the full embedding as given, then of each L2-normalised learner slice."""
+    yield "", embeddings
+    for m, (start, stop) in enumerate(learner_slices):
+        yield f"learner{m}/", l2_normalise(embeddings[:, start:stop])
+
+
+def evaluate_embeddings(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    recall_ks: Sequence[int],
+    split: np.ndarray | None = None,
+    learner_slices: np.ndarray | None = None,
+    kmeans: KMeansSettings = KMeansSettings(),
+    chunk_size: int = 4096,
+    num_threads: int | None = None,
+) -> dict[str, float]:
+    """Retrieval and clustering metrics of test-set embeddings.
+
+    The full embedding is evaluated **as given** (callers pass the
+    concatenation of the L2-normalised learners, which is what the methods use
+    at test time); each learner slice is L2-normalised on its own first.
+    Distances are exact Euclidean distances (faiss ``IndexFlatL2``).
+
+    Retrieval (see :mod:`dmlbench.evaluation.retrieval`): without ``split``
+    every item queries all other items, itself excluded by index; with
+    ``split`` the 'query' rows search the 'gallery' rows. Queries with no
+    other item of their class in the database (R = 0) are left out of R@K,
+    MAP@R and RP, as in pytorch-metric-learning; ``num_lone_queries`` counts
+    them. NMI clusters all N rows (query and gallery together) with faiss
+    K-means, K = number of distinct labels among them.
+
+    Args:
+        embeddings: (N, d) float, finite.
+        labels: (N,) int class labels.
+        recall_ks: K values of Recall@K, each at most the database size.
+        split: optional (N,) 'query' / 'gallery' strings.
+        learner_slices: optional (M, 2) int [start, stop) column ranges, one
+            per learner, within [0, d] and not overlapping.
+        kmeans: K-means settings for NMI.
+        chunk_size: queries per kNN search; peak memory is
+            O(chunk_size × k + N × d) with k = max(max K, max R).
+        num_threads: faiss threads during the call (None: faiss's default).
+
+    Returns:
+        A flat dict of Python floats: ``R@K`` for each K, ``NMI``, ``MAP@R``,
+        ``RP`` (fractions in [0, 1]); the same prefixed ``learner{m}/`` for each
+        learner slice; ``num_queries`` (queries evaluated), ``num_lone_queries``,
+        ``num_classes``, ``kmeans_seed``, ``kmeans_niter``, ``kmeans_nredo``.
+
+    Raises:
+        ValueError: an input is malformed (the message says which and how).
+    """
+    x = check_embeddings(embeddings)
+    y = check_labels(labels, len(x))
+    query_mask = check_split(split, len(x))
+    slices = check_learner_slices(learner_slices, x.shape[1])
+    check_positive(chunk_size, "chunk_size")
+    check_positive(num_threads, "num_threads", optional=True)
+    task = build_task(y, query_mask)
+    ks = check_recall_ks(recall_ks, task.database_size)
+
+    metrics: dict[str, float] = {}
+    with faiss_threads(num_threads):
+        for prefix, view in _views(x, slices):
+            view_metrics = retrieval_metrics(view, task, ks, chunk_size)
+            view_metrics["NMI"] = clustering_nmi(view, y, kmeans)
+            metrics.update({prefix + name: value for name, value in view_metrics.items()})
+    metrics.update(
+        num_queries=float(len(task.query_rows)),
+        num_lone_queries=float(task.num_lone_queries),
+        num_classes=float(len(np.unique(y))),
+        **kmeans.as_metrics(),
+    )
+    return metrics
+
+
+def recall_at_k(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    ks: Sequence[int],
+    chunk_size: int = 4096,
+    num_threads: int | None = None,
+) -> dict[int, float]:
+    """All-vs-all Recall@K only (no K-means, no MAP@R): the cheap per-epoch validation metric.
+
+    Each item queries all others (itself excluded by index); items whose class
+    has no other item are left out, as in :func:`evaluate_embeddings`.
+
+    Args:
+        embeddings: (N, d) float, finite; Euclidean distances on these vectors.
+        labels: (N,) int class labels.
+        ks: K values, each ≤ N - 1.
+        chunk_size: queries per kNN search.
+        num_threads: faiss threads during the call (None: faiss's default).
+
+    Returns:
+        {K: fraction of queries with a same-label item among their K nearest neighbours}.
+
+    Four points on a line, classes 0, 1, 0, 1; the nearest same-label item is
+    at rank 2, 3, 3 and 2 respectively:
+
+    >>> x = np.array([[0.0], [1.0], [2.5], [4.0]], dtype=np.float32)
+    >>> recall_at_k(x, np.array([0, 1, 0, 1]), [1, 2, 3])
+    {1: 0.0, 2: 0.5, 3: 1.0}
+    """
+    x = check_embeddings(embeddings)
+    y = check_labels(labels, len(x))
+    check_positive(chunk_size, "chunk_size")
+    check_positive(num_threads, "num_threads", optional=True)
+    task = build_task(y, None)
+    checked_ks = check_recall_ks(ks, task.database_size)
+    with faiss_threads(num_threads):
+        metrics = retrieval_metrics(x, task, checked_ks, chunk_size, with_map_at_r=False)
+    return {k: metrics[f"R@{k}"] for k in checked_ks}

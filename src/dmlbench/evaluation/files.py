@@ -1,0 +1,102 @@
+"""Evaluate an ``.npz`` of embeddings and write the metrics as JSON (atomically)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dmlbench.evaluation.clustering import KMeansSettings
+from dmlbench.evaluation.evaluate import evaluate_embeddings
+
+REQUIRED_KEYS = ("embeddings", "labels")
+OPTIONAL_KEYS = ("split", "learner_slices")
+
+
+def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Arrays of an embeddings file, keyed like the arguments of :func:`evaluate_embeddings`.
+
+    Keys: ``embeddings`` (N, d) float32, ``labels`` (N,) int, optional
+    ``split`` (N,) 'query'/'gallery' strings, optional ``learner_slices`` (M, 2)
+    int. Pickled (object) arrays are refused.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a required key is missing, a key is unknown or an array cannot be read;
+            the message names the file and the key.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: embeddings file not found")
+    with np.load(path, allow_pickle=False) as archive:
+        keys = set(archive.files)
+        unknown = sorted(keys - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
+        if unknown:
+            raise ValueError(f"{path}: unknown key(s) {unknown}; allowed keys are {REQUIRED_KEYS + OPTIONAL_KEYS}")
+        for key in REQUIRED_KEYS:
+            if key not in keys:
+                raise ValueError(f"{path}: missing required key {key!r} (found {sorted(keys)})")
+        arrays = {}
+        for key in sorted(keys):
+            try:
+                arrays[key] = archive[key]
+            except ValueError as err:
+                raise ValueError(f"{path}: cannot read key {key!r} ({err})") from err
+    return arrays
+
+
+def write_json_atomic(payload: Mapping[str, float], path: str | Path) -> None:
+    """Write ``payload`` as JSON (sorted keys, indent 2, no NaN) via a temporary file and ``os.replace``.
+
+    A reader never sees a partial file; on failure the temporary file is removed.
+    The parent directory is created if needed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(dict(payload), sort_keys=True, indent=2, allow_nan=False) + "\n"
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def evaluate_file(
+    npz_path: str | Path,
+    out_json: str | Path,
+    recall_ks: Sequence[int],
+    kmeans: KMeansSettings = KMeansSettings(),
+    chunk_size: int = 4096,
+) -> dict[str, float]:
+    """Compute :func:`evaluate_embeddings` on an embeddings file and write the metrics to ``out_json``.
+
+    Args:
+        npz_path: file with the keys described in :func:`load_embeddings_npz`.
+        out_json: metrics file to (over)write atomically.
+        recall_ks: K values of Recall@K.
+        kmeans: K-means settings for NMI.
+        chunk_size: queries per kNN search.
+
+    Returns:
+        The metrics written.
+
+    Raises:
+        ValueError, TypeError: the file or its arrays are malformed; the message starts with the file name.
+    """
+    arrays = load_embeddings_npz(npz_path)
+    try:
+        metrics = evaluate_embeddings(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size, **arrays)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{npz_path}: {err}") from err
+    write_json_atomic(metrics, out_json)
+    return metrics

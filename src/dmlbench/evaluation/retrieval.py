@@ -1,0 +1,153 @@
+"""Retrieval metrics (Recall@K, MAP@R, R-precision) from a chunked exact kNN search.
+
+Protocols:
+
+* all-vs-all (no split): every item is a query against all other items; the
+  query's own row is excluded by index.
+* query/gallery (In-Shop): the query rows search the gallery rows; the two sets
+  are disjoint, so nothing is excluded.
+
+Lone queries (R = 0: no other item of their class in the database) are left
+out of every retrieval metric, R@K included, as pytorch-metric-learning's
+``AccuracyCalculator`` leaves them out of ``precision_at_1``, ``r_precision``
+and ``mean_average_precision_at_r``. Their number is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dmlbench.evaluation.knn import iter_neighbours
+from dmlbench.evaluation.map_at_r import average_precision_at_r, r_precision
+from dmlbench.evaluation.recall import recall_hits
+
+
+def count_relevant(query_labels: np.ndarray, database_labels: np.ndarray, self_in_database: bool) -> np.ndarray:
+    """R of each query: database items with its label, the query itself not counted.
+
+    Args:
+        query_labels: (Q,) int.
+        database_labels: (G,) int.
+        self_in_database: whether every query is itself one of the database items.
+
+    Returns:
+        (Q,) int64 ≥ 0.
+
+    >>> count_relevant(np.array([5, 5, 6, 7]), np.array([5, 5, 6, 7]), self_in_database=True)
+    array([1, 1, 0, 0])
+    >>> count_relevant(np.array([5, 8]), np.array([5, 5, 6]), self_in_database=False)
+    array([2, 0])
+    """
+    classes, counts = np.unique(database_labels, return_counts=True)
+    position = np.minimum(np.searchsorted(classes, query_labels), len(classes) - 1)
+    found = classes[position] == query_labels
+    return np.where(found, counts[position], 0).astype(np.int64) - int(self_in_database)
+
+
+@dataclass(frozen=True)
+class RetrievalTask:
+    """Which rows are queries and which form the database; the same for every embedding view.
+
+    Attributes:
+        query_rows: (Q,) int64 rows of the embedding matrix used as queries (lone queries removed).
+        database_rows: (G,) int64 rows forming the database, or None for all rows (all-vs-all).
+        query_labels: (Q,) labels of the queries.
+        database_labels: (G,) labels of the database items.
+        relevant_counts: (Q,) int64 R ≥ 1 of each query.
+        num_lone_queries: queries left out because R = 0.
+    """
+
+    query_rows: np.ndarray
+    database_rows: np.ndarray | None
+    query_labels: np.ndarray
+    database_labels: np.ndarray
+    relevant_counts: np.ndarray
+    num_lone_queries: int
+
+    @property
+    def database_size(self) -> int:
+        """Number of database items a query is ranked against (itself excluded)."""
+        return len(self.database_labels) - int(self.database_rows is None)
+
+
+def build_task(labels: np.ndarray, query_mask: np.ndarray | None) -> RetrievalTask:
+    """Set up the all-vs-all (``query_mask`` None) or query/gallery protocol.
+
+    Args:
+        labels: (N,) int.
+        query_mask: (N,) bool, True for query rows and False for gallery rows, or None.
+
+    Raises:
+        ValueError: no query has a relevant item in the database.
+    """
+    if query_mask is None:
+        candidates, database_rows, database_labels = np.arange(len(labels)), None, labels
+    else:
+        candidates, database_rows = np.flatnonzero(query_mask), np.flatnonzero(~query_mask)
+        database_labels = labels[database_rows]
+    relevant = count_relevant(labels[candidates], database_labels, self_in_database=query_mask is None)
+    keep = relevant > 0
+    if not keep.any():
+        raise ValueError(
+            f"none of the {len(candidates)} queries has an item of its class in the database, "
+            "so no retrieval metric is defined"
+        )
+    query_rows = candidates[keep]
+    return RetrievalTask(
+        query_rows=query_rows,
+        database_rows=database_rows,
+        query_labels=labels[query_rows],
+        database_labels=database_labels,
+        relevant_counts=relevant[keep],
+        num_lone_queries=int((~keep).sum()),
+    )
+
+
+def retrieval_metrics(
+    embeddings: np.ndarray,
+    task: RetrievalTask,
+    recall_ks: Sequence[int],
+    chunk_size: int,
+    with_map_at_r: bool = True,
+) -> dict[str, float]:
+    """Recall@K and, optionally, MAP@R and R-precision of one embedding view.
+
+    Args:
+        embeddings: (N, d) float32, C-contiguous; distances are Euclidean on these vectors.
+        task: queries and database from :func:`build_task`.
+        recall_ks: K values, each ≤ ``task.database_size``.
+        chunk_size: queries per kNN search.
+        with_map_at_r: also compute ``MAP@R`` and ``RP`` (needs max(R) neighbours).
+
+    Returns:
+        ``R@K`` for each K, plus ``MAP@R`` and ``RP`` if asked, as fractions in [0, 1].
+    """
+    ks = list(recall_ks)
+    r = task.relevant_counts
+    max_r = int(r.max()) if with_map_at_r else 0
+    all_vs_all = task.database_rows is None
+    database = embeddings if all_vs_all else embeddings[task.database_rows]
+    neighbour_chunks = iter_neighbours(
+        embeddings, task.query_rows, database, max(max(ks), max_r), chunk_size, exclude_self=all_vs_all
+    )
+
+    hits, average_precision, precision_at_r = [], [], []
+    start = 0
+    for neighbours in neighbour_chunks:
+        stop = start + len(neighbours)
+        relevance = task.database_labels[neighbours] == task.query_labels[start:stop, None]
+        hits.append(recall_hits(relevance, ks))
+        if with_map_at_r:
+            average_precision.append(average_precision_at_r(relevance[:, :max_r], r[start:stop]))
+            precision_at_r.append(r_precision(relevance[:, :max_r], r[start:stop]))
+        start = stop
+
+    hit_counts = np.count_nonzero(np.concatenate(hits), axis=0)
+    metrics = {f"R@{k}": float(count / len(r)) for k, count in zip(ks, hit_counts)}
+    if with_map_at_r:
+        metrics["MAP@R"] = float(np.concatenate(average_precision).mean())
+        metrics["RP"] = float(np.concatenate(precision_at_r).mean())
+    return metrics

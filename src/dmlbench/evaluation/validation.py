@@ -1,0 +1,108 @@
+"""Checks of the evaluation inputs; each raises ValueError (TypeError for wrong kinds) saying what is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+SPLIT_VALUES = ("query", "gallery")
+
+
+def check_embeddings(embeddings: np.ndarray) -> np.ndarray:
+    """(N, d) real, finite, N ≥ 2, d ≥ 1; returned as C-contiguous float32."""
+    array = np.asarray(embeddings)
+    if array.ndim != 2:
+        raise ValueError(f"embeddings must be a 2-D (N, d) array, got shape {array.shape}")
+    if array.dtype.kind != "f":
+        raise TypeError(f"embeddings must be floating point, got dtype {array.dtype}")
+    if array.shape[0] < 2 or array.shape[1] < 1:
+        raise ValueError(f"embeddings need at least 2 rows and 1 column, got shape {array.shape}")
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    bad_rows = np.flatnonzero(~np.isfinite(array).all(axis=1))
+    if len(bad_rows):
+        raise ValueError(
+            f"embeddings have non-finite values (NaN or inf, after conversion to float32) in {len(bad_rows)} "
+            f"of {len(array)} rows; first bad rows: {bad_rows[:5].tolist()}"
+        )
+    return array
+
+
+def check_labels(labels: np.ndarray, num_rows: int) -> np.ndarray:
+    """(N,) integer class labels, one per embedding row."""
+    array = np.asarray(labels)
+    if array.ndim != 1:
+        raise ValueError(f"labels must be a 1-D (N,) array, got shape {array.shape}")
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"labels must be integers, got dtype {array.dtype}")
+    if len(array) != num_rows:
+        raise ValueError(f"labels has {len(array)} entries but embeddings has {num_rows} rows")
+    return array.astype(np.int64)
+
+
+def check_split(split: np.ndarray | None, num_rows: int) -> np.ndarray | None:
+    """(N,) of 'query'/'gallery' with at least one of each; returns the query mask (N,) bool, or None."""
+    if split is None:
+        return None
+    array = np.asarray(split)
+    if array.dtype.kind == "S":
+        array = np.char.decode(array, "ascii")
+    if array.ndim != 1 or len(array) != num_rows:
+        raise ValueError(f"split must have shape ({num_rows},) like the labels, got {array.shape}")
+    values = set(array.tolist())
+    unknown = values - set(SPLIT_VALUES)
+    if unknown:
+        shown = sorted(map(repr, unknown))[:5]
+        raise ValueError(f"split values must be 'query' or 'gallery'; found {', '.join(shown)}")
+    missing = set(SPLIT_VALUES) - values
+    if missing:
+        raise ValueError(f"split has no {missing.pop()!r} rows; the query/gallery protocol needs both")
+    return array == "query"
+
+
+def check_learner_slices(learner_slices: np.ndarray | None, dim: int) -> list[tuple[int, int]]:
+    """(M, 2) integer [start, stop) column ranges, non-empty, within [0, dim], not overlapping."""
+    if learner_slices is None:
+        return []
+    array = np.asarray(learner_slices)
+    if array.ndim != 2 or array.shape[1] != 2 or array.shape[0] < 1:
+        raise ValueError(f"learner_slices must have shape (M, 2) with M >= 1, got {array.shape}")
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"learner_slices must be integers, got dtype {array.dtype}")
+    slices = [(int(start), int(stop)) for start, stop in array]
+    for m, (start, stop) in enumerate(slices):
+        if not 0 <= start < stop <= dim:
+            raise ValueError(
+                f"learner slice {m} = [{start}, {stop}) is empty or outside the {dim} embedding columns"
+            )
+    ordered = sorted(range(len(slices)), key=lambda m: slices[m])
+    for before, after in zip(ordered, ordered[1:]):
+        if slices[after][0] < slices[before][1]:
+            raise ValueError(
+                f"learner slices {before} = [{slices[before][0]}, {slices[before][1]}) and "
+                f"{after} = [{slices[after][0]}, {slices[after][1]}) overlap"
+            )
+    return slices
+
+
+def check_recall_ks(recall_ks: Sequence[int], database_size: int) -> list[int]:
+    """Positive integer K values, each ≤ the database size; returned sorted and without duplicates."""
+    ks = list(recall_ks)
+    if not ks:
+        raise ValueError("recall_ks is empty; give at least one K")
+    if any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in ks):
+        raise ValueError(f"recall_ks must be positive integers, got {ks}")
+    if max(ks) > database_size:
+        raise ValueError(
+            f"Recall@{max(ks)} asks for more neighbours than the {database_size} database items "
+            "a query is ranked against"
+        )
+    return sorted({int(k) for k in ks})
+
+
+def check_positive(value: int | None, name: str, optional: bool = False) -> None:
+    """``value`` is an integer ≥ 1 (or None when ``optional``)."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")

@@ -1,0 +1,75 @@
+"""The report step: one comparison table (.tex) and its two plots (.png) from run directories."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .caption import Varying, caption_text
+from .collect import RunDir, collect_runs, load_logs
+from .latex import render_comparison_table, write_table
+from .paper_numbers import load_paper_numbers
+from .plots import plot_recall_at_k, plot_training_curves
+from .spec import TableSpec
+
+
+def _check_runs(runs: Sequence[RunDir], spec: TableSpec, seeds: Any) -> None:
+    """Runs must belong to the table, and (when the seeds are one list) every cell has exactly those seeds."""
+    outside = sorted(
+        {(r.dataset, r.method) for r in runs if r.dataset not in spec.datasets or r.method not in spec.methods}
+    )
+    if outside:
+        raise ValueError(
+            f"runs for {outside} are not part of the table (datasets {spec.datasets}, methods {spec.methods})"
+        )
+    if isinstance(seeds, Varying):
+        return
+    expected = sorted(int(seed) for seed in seeds)
+    found: dict[tuple[str, str], list[int]] = {}
+    for run in runs:
+        found.setdefault((run.dataset, run.method), []).append(run.seed)
+    wrong = {cell: sorted(got) for cell, got in found.items() if sorted(got) != expected}
+    if wrong:
+        raise ValueError(f"the caption states seeds {expected}, but these cells have other seeds: {wrong}")
+
+
+def build_report(
+    runs: Sequence[RunDir],
+    spec: TableSpec,
+    settings: Mapping[str, Any],
+    *,
+    table_path: str | Path,
+    curves_png: str | Path,
+    recall_png: str | Path,
+    label: str,
+    references: bool = True,
+) -> None:
+    """Write the comparison table and both plots for one table spec (what ``dmlbench report`` calls).
+
+    Args:
+        runs: the run directories of the table (e.g. ``RunDir.from_path`` of each
+            ``results/runs/<dataset>/<method>/seed<k>``); a (method, dataset) without runs
+            shows ``--``.
+        spec: datasets, methods, metrics and display labels.
+        settings: caption settings (see :func:`~dmlbench.report.caption.caption_text`; use
+            :func:`~dmlbench.report.caption.merge_settings` when runs differ).
+        table_path: the ``.tex`` output (one ``table``/``table*`` environment).
+        curves_png: training loss and validation R@1 per epoch.
+        recall_png: Recall@K against K.
+        label: LaTeX ``\\label`` of the table.
+        references: add the primary paper numbers of the table's methods and datasets.
+
+    Raises:
+        ValueError: runs outside the spec, seeds that contradict the caption, bad settings.
+        ReportInputError: a missing or malformed metrics.json / log.csv (named).
+    """
+    runs = list(runs)
+    _check_runs(runs, spec, settings["seeds"])
+    caption = caption_text(settings)
+    results = collect_runs(runs)
+    logs = load_logs(runs)
+    paper_numbers = load_paper_numbers() if references else None
+    write_table(table_path, render_comparison_table(results, spec, caption, label, references=paper_numbers))
+    plot_training_curves(logs, curves_png, spec)
+    plot_recall_at_k(results, spec, recall_png)

@@ -1,0 +1,181 @@
+"""Load per-run results (``metrics.json``, ``log.csv``) into tidy DataFrames.
+
+A run is (dataset, method, seed) and lives in
+``results/runs/<dataset>/<method>/seed<k>/``. Every problem with an input file
+raises :class:`ReportInputError` naming that file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+METRICS_FILE = "metrics.json"
+LOG_FILE = "log.csv"
+
+#: Keys of metrics.json that are evaluation metrics, hence fractions in [0, 1].
+#: Everything else (``kmeans_seed``, ``num_queries``, ...) is bookkeeping: any finite number.
+METRIC_KEY = re.compile(r"^(learner\d+/)?(R@\d+|NMI|MAP@R|RP)$")
+
+LOG_REQUIRED_COLUMNS = ("epoch", "loss", "val_R@1", "lr", "seconds", "images_per_s")
+LOG_OPTIONAL_COLUMNS = ("test_R@1",)
+
+RESULT_COLUMNS = ["dataset", "method", "seed", "metric", "value"]
+
+_SEED_DIR = re.compile(r"^seed(\d+)$")
+
+
+class ReportInputError(ValueError):
+    """A run's metrics.json or log.csv is missing or malformed (the message names the file)."""
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's identity and its directory ``<root>/<dataset>/<method>/seed<k>``."""
+
+    dataset: str
+    method: str
+    seed: int
+    path: Path
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> RunDir:
+        """Parse ``.../<dataset>/<method>/seed<k>`` into a :class:`RunDir`.
+
+        Raises:
+            ReportInputError: when the last component is not ``seed<k>``.
+        """
+        path = Path(path)
+        match = _SEED_DIR.match(path.name)
+        if match is None or len(path.parts) < 3:
+            raise ReportInputError(f"{path}: not a run directory (expected .../<dataset>/<method>/seed<k>)")
+        return cls(dataset=path.parent.parent.name, method=path.parent.name, seed=int(match.group(1)), path=path)
+
+
+def _unique(runs: Iterable[RunDir]) -> list[RunDir]:
+    runs = list(runs)
+    seen: dict[tuple[str, str, int], Path] = {}
+    for run in runs:
+        key = (run.dataset, run.method, run.seed)
+        if key in seen:
+            raise ReportInputError(f"run {key} given twice: {seen[key]} and {run.path}")
+        seen[key] = run.path
+    return runs
+
+
+def read_metrics(path: str | Path) -> dict[str, float]:
+    """Read one flat ``metrics.json``: numbers only, metric keys as fractions in [0, 1].
+
+    Raises:
+        ReportInputError: missing file, invalid JSON, not a flat object, a non-numeric or
+            non-finite value, or a metric outside [0, 1] (e.g. written in percent).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ReportInputError(f"{path}: metrics file not found")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ReportInputError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(data, dict) or not data:
+        raise ReportInputError(f"{path}: expected a non-empty flat JSON object of numbers")
+    metrics: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ReportInputError(f"{path}: key '{key}' has non-numeric value {value!r}")
+        if not math.isfinite(value):
+            raise ReportInputError(f"{path}: key '{key}' is not finite ({value})")
+        if METRIC_KEY.match(key) and not 0.0 <= value <= 1.0:
+            raise ReportInputError(f"{path}: metric '{key}' = {value} is outside [0, 1] (fractions expected)")
+        metrics[key] = float(value)
+    return metrics
+
+
+def collect_runs(runs: Iterable[RunDir]) -> pd.DataFrame:
+    """Load every run's ``metrics.json`` into a long DataFrame.
+
+    Returns:
+        Columns ``dataset, method, seed, metric, value`` (value as stored: fractions for
+        metrics), one row per (run, key), bookkeeping keys included; sorted.
+    """
+    rows = [
+        (run.dataset, run.method, run.seed, key, value)
+        for run in _unique(runs)
+        for key, value in read_metrics(run.path / METRICS_FILE).items()
+    ]
+    frame = pd.DataFrame(rows, columns=RESULT_COLUMNS)
+    frame["seed"] = frame["seed"].astype(int)
+    frame["value"] = frame["value"].astype(float)
+    return frame.sort_values(RESULT_COLUMNS[:4], ignore_index=True)
+
+
+def read_log(path: str | Path) -> pd.DataFrame:
+    """Read one per-epoch ``log.csv`` and validate it.
+
+    Required columns: ``epoch, loss, val_R@1, lr, seconds, images_per_s``; ``test_R@1`` is
+    optional; other columns are kept. All columns must be numeric (empty cells become NaN,
+    except in ``epoch``, which must be the integers 1, 2, ... in order).
+
+    Raises:
+        ReportInputError: naming the file and the offending column.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ReportInputError(f"{path}: training log not found")
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ReportInputError(f"{path}: not a readable CSV ({err})") from err
+    missing = [column for column in LOG_REQUIRED_COLUMNS if column not in frame.columns]
+    if missing:
+        raise ReportInputError(f"{path}: missing column(s) {missing} (has {list(frame.columns)})")
+    if frame.empty:
+        raise ReportInputError(f"{path}: no epochs logged")
+    for column in frame.columns:
+        text = frame[column].str.strip()
+        try:
+            frame[column] = pd.to_numeric(text.mask(text == ""), errors="raise").astype(float)
+        except (ValueError, TypeError) as err:
+            raise ReportInputError(f"{path}: column '{column}' is not numeric ({err})") from err
+    epochs = frame["epoch"]
+    expected = range(1, len(frame) + 1)
+    if epochs.isna().any() or list(epochs) != list(expected):
+        raise ReportInputError(f"{path}: column 'epoch' must be 1, 2, ..., {len(frame)} in order")
+    frame["epoch"] = epochs.astype(int)
+    return frame
+
+
+def load_logs(runs: Iterable[RunDir]) -> pd.DataFrame:
+    """Load every run's ``log.csv`` into one DataFrame, one row per (run, epoch).
+
+    Returns:
+        Columns ``dataset, method, seed`` followed by the log's columns.
+    """
+    frames = []
+    for run in _unique(runs):
+        log = read_log(run.path / LOG_FILE)
+        log.insert(0, "seed", run.seed)
+        log.insert(0, "method", run.method)
+        log.insert(0, "dataset", run.dataset)
+        frames.append(log)
+    if not frames:
+        return pd.DataFrame(columns=["dataset", "method", "seed", *LOG_REQUIRED_COLUMNS])
+    return pd.concat(frames, ignore_index=True).sort_values(["dataset", "method", "seed", "epoch"], ignore_index=True)
+
+
+def aggregate_over_seeds(results: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample standard deviation (ddof=1) over seeds, per (dataset, method, metric).
+
+    Returns:
+        Columns ``dataset, method, metric, mean, std, n``; ``std`` is NaN when ``n == 1``.
+    """
+    grouped = results.groupby(["dataset", "method", "metric"], sort=True)["value"]
+    summary = grouped.agg(mean="mean", std=lambda v: v.std(ddof=1), n="count").reset_index()
+    summary["n"] = summary["n"].astype(int)
+    return summary

@@ -1,0 +1,76 @@
+"""From params to a report: the table spec, caption settings and run directories of ``tables.<name>``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dmlbench.config import resolve_run, section
+
+from .build import build_report
+from .caption import merge_settings
+from .collect import RunDir
+from .spec import TableSpec
+
+#: ``training.selection`` → the caption's protocol name.
+PROTOCOL_OF_SELECTION = {"val": "clean", "test": "paper", "last": "last"}
+
+
+def table_spec(config: Mapping[str, Any], table: str) -> TableSpec:
+    """Rows, columns and labels of ``tables.<table>``; each dataset shows its Recall@K set and NMI
+    unless the table names its ``metrics``."""
+    spec = section(config, "tables", table)
+    datasets, methods = spec["datasets"], spec["methods"]
+    metrics = {
+        d: list(spec.get("metrics") or [*(f"R@{k}" for k in config["datasets"][d]["recall_ks"]), "NMI"])
+        for d in datasets
+    }
+    return TableSpec(
+        datasets=list(datasets),
+        methods=list(methods),
+        metrics=metrics,
+        dataset_labels={d: config["datasets"][d].get("label", d) for d in datasets},
+        method_labels={m: config["methods"][m].get("label", m) for m in methods},
+    )
+
+
+def run_settings(run: Mapping[str, Any], seeds: list[int], dataset_label: str) -> dict[str, Any]:
+    """Caption settings of one resolved run."""
+    training = run["training"]
+    backbone = training["backbone"]
+    return {
+        "protocol": PROTOCOL_OF_SELECTION[training["selection"]],
+        "backbone": backbone["name"],
+        "pretrained": backbone.get("pretrained") or False,
+        "embedding_dim": training["embedding_dim"],
+        "image_size": (training["image"]["train_crop"], training["image"]["test_crop"]),
+        "epochs": training["epochs"],
+        "seeds": list(seeds),
+        "datasets": [dataset_label],
+    }
+
+
+def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path, plots_dir: Path) -> None:
+    """Write ``tables_dir/<table>.tex`` and ``plots_dir/<table>_{training_curves,recall_at_k}.png``."""
+    spec = table_spec(config, table)
+    seeds = list(config["seeds"])
+    settings_by_run = {
+        f"{spec.method_labels[m]} on {spec.dataset_labels[d]}": run_settings(
+            resolve_run(config, d, m, seeds[0]), seeds, spec.dataset_labels[d]
+        )
+        for d in spec.datasets
+        for m in spec.methods
+    }
+    settings = merge_settings(settings_by_run)
+    settings["datasets"] = [spec.dataset_labels[d] for d in spec.datasets]
+    runs = [
+        RunDir(d, m, s, runs_dir / d / m / f"seed{s}") for d in spec.datasets for m in spec.methods for s in seeds
+    ]
+    build_report(
+        runs, spec, settings,
+        table_path=tables_dir / f"{table}.tex",
+        curves_png=plots_dir / f"{table}_training_curves.png",
+        recall_png=plots_dir / f"{table}_recall_at_k.png",
+        label=f"tab:{table}",
+    )

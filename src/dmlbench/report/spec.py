@@ -1,0 +1,46 @@
+"""What a comparison table (and its plots) shows: datasets, methods, metrics, labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Layout of one comparison table.
+
+    Attributes:
+        datasets: column groups, in order (dataset keys, e.g. ``cub200``).
+        methods: rows, in order (method keys, e.g. ``margin``).
+        metrics: per dataset, the metric keys shown (e.g. ``["R@1", "R@2", "NMI"]``).
+        dataset_labels: display names (e.g. ``cub200`` -> ``CUB-200-2011``); the key when absent.
+        method_labels: display names of the methods; the key when absent.
+    """
+
+    datasets: list[str]
+    methods: list[str]
+    metrics: dict[str, list[str]]
+    dataset_labels: dict[str, str] = field(default_factory=dict)
+    method_labels: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.datasets or not self.methods:
+            raise ValueError("TableSpec needs at least one dataset and one method")
+        for name, values in (("datasets", self.datasets), ("methods", self.methods)):
+            duplicates = sorted({v for v in values if values.count(v) > 1})
+            if duplicates:
+                raise ValueError(f"TableSpec.{name} lists {duplicates} more than once")
+        for dataset in self.datasets:
+            metrics = self.metrics.get(dataset)
+            if not metrics:
+                raise ValueError(f"TableSpec.metrics has no metric list for dataset '{dataset}'")
+            if len(set(metrics)) != len(metrics):
+                raise ValueError(f"TableSpec.metrics['{dataset}'] repeats a metric: {metrics}")
+
+    def dataset_label(self, dataset: str) -> str:
+        """Display name of a dataset."""
+        return self.dataset_labels.get(dataset, dataset)
+
+    def method_label(self, method: str) -> str:
+        """Display name of a method."""
+        return self.method_labels.get(method, method)

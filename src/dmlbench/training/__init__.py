@@ -1,0 +1,1 @@
+"""Training: the generic trainer, checkpoints, seeding, and embedding extraction."""

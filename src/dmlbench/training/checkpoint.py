@@ -1,0 +1,36 @@
+"""Checkpoint files: atomic writes, safe loads (``weights_only=True``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dmlbench.atomic import atomic_output
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
+    """``torch.save`` to a temporary file in the same directory, then rename over ``path``."""
+    with atomic_output(path) as tmp:
+        torch.save(obj, tmp)
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load a checkpoint written by this project, tensors and plain Python types only."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: checkpoint not found; run `dmlbench train` for this run first")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for corrupt or foreign files
+        raise ValueError(f"{path}: not a readable dmlbench checkpoint ({type(err).__name__}: {err})") from err
+
+
+def config_digest(run: Mapping[str, Any]) -> str:
+    """SHA-256 of the resolved run configuration (key order independent)."""
+    return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()

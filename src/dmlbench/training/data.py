@@ -1,0 +1,60 @@
+"""The images a run trains, validates and tests on, built from the manifest and the run's params."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.manifest import ManifestError, contiguous_labels, read_manifest, select_splits
+from dmlbench.data.splits import carve_validation
+from dmlbench.data.transforms import eval_transform, training_transform
+
+EVAL_SPLITS = ("test", "query", "gallery")
+
+
+@dataclass
+class RunData:
+    """Datasets of one run.
+
+    Attributes:
+        train: training images (train transform), labels remapped to 0..C-1.
+        num_classes: C, number of training classes.
+        val: validation images (test transform, original labels), or None when ``val_fraction`` is 0.
+        test: evaluation images (test transform, original labels); its rows follow ``test_split``.
+        test_split: (N_test,) split name of each test row ('test', or 'query'/'gallery').
+    """
+
+    train: ImageDataset
+    num_classes: int
+    val: ImageDataset | None
+    test: ImageDataset
+    test_split: np.ndarray
+
+
+def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
+    """Read the manifest, carve the validation classes and build the three datasets."""
+    training = run["training"]
+    frame = read_manifest(manifest_path)
+    frame = carve_validation(frame, training["val_fraction"], seed=training["val_split_seed"])
+    train_rows = select_splits(frame, ["train"])
+    if train_rows.empty:
+        raise ManifestError(f"{manifest_path}: no 'train' rows")
+    train_labels, classes = contiguous_labels(train_rows["label"].to_numpy())
+    val_rows = select_splits(frame, ["val"])
+    test_rows = select_splits(frame, EVAL_SPLITS)
+    if test_rows.empty:
+        raise ManifestError(f"{manifest_path}: no 'test' (or 'query'/'gallery') rows")
+    image, cache = training["image"], training["cache_images"]
+    return RunData(
+        train=ImageDataset(train_rows["path"].tolist(), train_labels, training_transform(image), cache),
+        num_classes=len(classes),
+        val=None if val_rows.empty else ImageDataset(
+            val_rows["path"].tolist(), val_rows["label"].to_numpy(), eval_transform(image), cache),
+        test=ImageDataset(test_rows["path"].tolist(), test_rows["label"].to_numpy(), eval_transform(image)),
+        test_split=test_rows["split"].to_numpy(),
+    )

@@ -1,0 +1,30 @@
+"""Embedding a set of images with a trained model (no gradient, test transform)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from dmlbench.data.dataset import ImageDataset
+
+
+@torch.no_grad()
+def compute_embeddings(
+    model: nn.Module, dataset: ImageDataset, batch_size: int, device: torch.device, num_workers: int = 0
+) -> np.ndarray:
+    """Embeddings of every item of ``dataset``, in dataset order.
+
+    Returns:
+        (N, d) float32 array.
+    """
+    was_training = model.training
+    model.eval()
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    chunks = []
+    for images, _, _ in loader:
+        with torch.autocast(device.type, enabled=device.type == "cuda"):
+            chunks.append(model(images.to(device, non_blocking=True)).float().cpu())
+    model.train(was_training)
+    return torch.cat(chunks).numpy().astype(np.float32, copy=False)

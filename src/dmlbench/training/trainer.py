@@ -1,0 +1,237 @@
+"""The one generic trainer: optimiser and schedule from params, per-epoch model selection, resume.
+
+Reproducibility contract (CPU): every random draw of epoch ``e`` is seeded
+from ``(seed, e)``, and the scratch checkpoint written after each epoch holds
+the model, loss, optimiser and scheduler states. A run killed at any point
+and restarted therefore continues from its last completed epoch and ends with
+bit-identical weights and metrics to an uninterrupted run.
+
+Model selection (``training.selection``):
+
+- ``val`` (clean protocol, default): keep the epoch with the best Recall@1 on
+  the class-disjoint validation split; the test set is never looked at.
+- ``test`` (paper protocol, as in the papers' code): keep the best test
+  Recall@1. Optimistic; table captions say so.
+- ``last``: keep the final epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from dmlbench.atomic import write_text_atomic
+from dmlbench.evaluation import recall_at_k
+from dmlbench.methods import Recipe, build_recipe
+from dmlbench.training.checkpoint import atomic_torch_save, config_digest, load_checkpoint
+from dmlbench.training.data import RunData, load_run_data
+from dmlbench.training.embedding import compute_embeddings
+from dmlbench.training.optim import build_optimizer, build_scheduler
+from dmlbench.training.seeding import derive_seed, seed_everything
+
+LOG_COLUMNS = ("epoch", "loss", "val_R@1", "test_R@1", "lr", "seconds", "images_per_s")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train_run` returns: the selected epoch and its selection score."""
+
+    best_epoch: int
+    best_score: float
+    epochs_run_now: int
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` → CUDA when available, else CPU; otherwise the named device."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _write_log(rows: list[dict[str, float]], path: Path) -> None:
+    """One row per epoch; a metric that was not computed (NaN) is an empty cell."""
+    write_text_atomic(path, pd.DataFrame(rows, columns=list(LOG_COLUMNS)).to_csv(index=False, lineterminator="\n"))
+
+
+def _recall1(model: nn.Module, dataset, split: np.ndarray | None, batch_size: int, device: torch.device) -> float:
+    embeddings = compute_embeddings(model, dataset, batch_size, device)
+    if split is not None and "query" in set(split):
+        query, gallery = split == "query", split == "gallery"
+        return recall_at_k(embeddings, dataset.labels, [1], query_mask=query, gallery_mask=gallery)[1]
+    return recall_at_k(embeddings, dataset.labels, [1])[1]
+
+
+class Trainer:
+    """Trains one run. Use :func:`train_run` unless you need the pieces.
+
+    Args:
+        run: resolved run (:func:`dmlbench.config.resolve_run`).
+        data: its datasets.
+        out_dir: where ``checkpoint.pt`` (selected weights) and ``log.csv`` go.
+        scratch_dir: where the per-epoch resume checkpoint lives (not a workflow output).
+        device: torch device.
+        progress: show a progress bar with loss and throughput.
+    """
+
+    def __init__(self, run: Mapping[str, Any], data: RunData, out_dir: Path, scratch_dir: Path,
+                 device: torch.device, progress: bool = True):
+        self.run = dict(run)
+        self.training = run["training"]
+        self.data = data
+        self.out_dir = Path(out_dir)
+        self.scratch = Path(scratch_dir) / "last.pt"
+        self.device = device
+        self.progress = progress
+        self.digest = config_digest(self.run)
+        selection = self.training["selection"]
+        if selection == "val" and data.val is None:
+            raise ValueError("training.selection is 'val' but training.val_fraction is 0: no validation split")
+        self.selection = selection
+
+        seed_everything(derive_seed(run["seed"], "init"))
+        self.recipe: Recipe = build_recipe(self.run)
+        self.model = self.recipe.build_model().to(device)
+        self.loss = self.recipe.build_loss(data.num_classes).to(device)
+        self.optimizer = build_optimizer(self.training["optimizer"], self.model, self.loss)
+        self.scheduler = build_scheduler(self.training["schedule"], self.optimizer, self.training["epochs"])
+        self.scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and self.training["amp"])
+        self.log: list[dict[str, float]] = []
+        self.best_score = -math.inf
+        self.best_epoch = 0
+        self.best_state: dict[str, torch.Tensor] = {}
+        self.start_epoch = 1
+
+    # --- resume ---------------------------------------------------------------------------
+    def _scratch_state(self, epoch: int) -> dict[str, Any]:
+        return {
+            "digest": self.digest, "epoch": epoch, "model": self.model.state_dict(),
+            "loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+            "log": self.log, "best_score": self.best_score, "best_epoch": self.best_epoch,
+            "best_state": self.best_state,
+        }
+
+    def try_resume(self) -> bool:
+        """Continue from the scratch checkpoint when it belongs to this exact configuration."""
+        if not self.scratch.is_file():
+            return False
+        state = load_checkpoint(self.scratch)
+        if state.get("digest") != self.digest:
+            tqdm.write(f"[dmlbench] {self.scratch}: left by a different configuration; starting afresh")
+            return False
+        self.model.load_state_dict(state["model"])
+        self.loss.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.log = list(state["log"])
+        self.best_score, self.best_epoch = state["best_score"], state["best_epoch"]
+        self.best_state = state["best_state"]
+        self.start_epoch = state["epoch"] + 1
+        tqdm.write(f"[dmlbench] resuming from {self.scratch} after epoch {state['epoch']}")
+        return True
+
+    # --- one epoch ------------------------------------------------------------------------
+    def _train_epoch(self, epoch: int) -> tuple[float, int]:
+        seed = derive_seed(self.run["seed"], "epoch", epoch)
+        seed_everything(seed)
+        self.recipe.on_epoch_start(epoch, self.model)
+        sampler = self.recipe.build_sampler(self.data.train.labels, torch.Generator().manual_seed(seed))
+        loader = DataLoader(
+            self.data.train, batch_sampler=sampler, num_workers=self.training["num_workers"],
+            generator=torch.Generator().manual_seed(derive_seed(seed, "workers")),
+            persistent_workers=False,
+        )
+        self.model.train()
+        total, seen = 0.0, 0
+        bar = tqdm(loader, desc=f"epoch {epoch}/{self.training['epochs']}", disable=not self.progress,
+                   leave=False, dynamic_ncols=True)
+        started = time.perf_counter()
+        for step, (images, labels, _) in enumerate(bar, start=1):
+            images, labels = images.to(self.device, non_blocking=True), labels.to(self.device)
+            with torch.autocast(self.device.type, enabled=self.scaler.is_enabled()):
+                loss = self.recipe.training_loss(self.model, self.loss, images, labels)
+            if not torch.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"{self.run['dataset']}/{self.run['method']}/seed{self.run['seed']}: loss is {loss.item()} "
+                    f"at epoch {epoch}, batch {step}. Lower training.optimizer.lr, check the loss "
+                    f"hyperparameters (methods.{self.run['method']}.loss), or the input images."
+                )
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            total += loss.item() * len(labels)
+            seen += len(labels)
+            bar.set_postfix(loss=f"{total / seen:.4f}", img_s=f"{seen / (time.perf_counter() - started):.0f}")
+        self.scheduler.step()
+        return total / max(seen, 1), seen
+
+    def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:
+        return {"val": val_r1, "test": test_r1, "last": float(epoch)}[self.selection]
+
+    def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> TrainResult:
+        """Train the remaining epochs, then write ``checkpoint.pt`` and ``log.csv`` and clear the scratch file.
+
+        Args:
+            on_epoch_end: called with the epoch number after its scratch checkpoint is saved
+                (tests use it to simulate an interruption).
+        """
+        batch = self.training["eval_batch_size"]
+        epochs = self.training["epochs"]
+        first = self.start_epoch
+        for epoch in range(first, epochs + 1):
+            lr = self.optimizer.param_groups[0]["lr"]
+            started = time.perf_counter()
+            mean_loss, seen = self._train_epoch(epoch)
+            seconds = time.perf_counter() - started
+            val_r1 = _recall1(self.model, self.data.val, None, batch, self.device) if self.data.val else math.nan
+            test_r1 = (_recall1(self.model, self.data.test, self.data.test_split, batch, self.device)
+                       if self.selection == "test" else math.nan)
+            self.log.append({"epoch": epoch, "loss": mean_loss, "val_R@1": val_r1, "test_R@1": test_r1,
+                             "lr": lr, "seconds": seconds, "images_per_s": seen / seconds})
+            score = self._score(val_r1, test_r1, epoch)
+            if score > self.best_score:
+                self.best_score, self.best_epoch = score, epoch
+                self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+            tqdm.write(f"[dmlbench] epoch {epoch}/{epochs} loss {mean_loss:.4f} val R@1 {val_r1:.4f} "
+                       f"{seen / seconds:.0f} img/s")
+            atomic_torch_save(self._scratch_state(epoch), self.scratch)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch)
+        self._finish()
+        return TrainResult(self.best_epoch, self.best_score, epochs + 1 - first)
+
+    def _finish(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        _write_log(self.log, self.out_dir / "log.csv")
+        atomic_torch_save({
+            "run": self.run, "digest": self.digest, "model": self.best_state, "loss": self.loss.state_dict(),
+            "num_classes": self.data.num_classes, "selected_epoch": self.best_epoch,
+            "selection": self.selection, "selection_score": self.best_score,
+        }, self.out_dir / "checkpoint.pt")
+        self.scratch.unlink(missing_ok=True)
+
+
+def train_run(run: Mapping[str, Any], manifest_path: str | Path, out_dir: str | Path, scratch_dir: str | Path,
+              progress: bool = True, on_epoch_end: Callable[[int], None] | None = None) -> TrainResult:
+    """Train one run end to end (resuming from ``scratch_dir`` when possible)."""
+    device = resolve_device(run["training"]["device"])
+    trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress)
+    trainer.try_resume()
+    return trainer.fit(on_epoch_end)

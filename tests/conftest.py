@@ -1,0 +1,60 @@
+"""Shared fixtures: a tiny image dataset on disk and a tiny resolved run."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from dmlbench.config import load_config, resolve_run
+from dmlbench.data.manifest import write_manifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_tiny_dataset(root: Path, num_classes: int = 8, per_class: int = 6, size: int = 24, seed: int = 0) -> Path:
+    """Coloured-square images: class c = a colour and a position; half the classes train, half test.
+
+    Returns the manifest path.
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for label in range(num_classes):
+        colour = rng.integers(40, 255, size=3)
+        corner = rng.integers(0, size // 2, size=2)
+        for i in range(per_class):
+            pixels = rng.integers(0, 60, size=(size, size, 3)).astype(np.uint8)
+            y, x = corner + rng.integers(-2, 3, size=2).clip(0)
+            pixels[y : y + size // 2, x : x + size // 2] = colour
+            path = root / "images" / f"{label}_{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels).save(path)
+            rows.append({"path": f"images/{label}_{i}.png", "label": label, "class_name": f"c{label}",
+                         "split": "train" if label < num_classes // 2 else "test"})
+    return write_manifest(pd.DataFrame(rows), root / "manifest.csv")
+
+
+@pytest.fixture
+def tiny_manifest(tmp_path: Path) -> Path:
+    return write_tiny_dataset(tmp_path / "tiny", num_classes=12)
+
+
+@pytest.fixture
+def params() -> dict:
+    return load_config([REPO / "params.yaml"])
+
+
+def tiny_run(params: dict, method: str = "triplet", seed: int = 0, epochs: int = 3) -> dict:
+    """A resolved run shrunk to seconds: tiny images, width-4 CNN, 2 batches per epoch."""
+    run = resolve_run(params, "synthetic", method, seed)
+    run = copy.deepcopy(run)
+    training = run["training"]
+    training.update(epochs=epochs, val_fraction=0.34, device="cpu", embedding_dim=8, eval_batch_size=16)
+    training["backbone"].update(width=4)
+    training["image"].update(resize=24, test_crop=20, train_crop=20)
+    training["sampler"].update(classes_per_batch=3, images_per_class=3, batches_per_epoch=2)
+    return run

@@ -1,0 +1,110 @@
+"""Trainer: bit-exact determinism, resume after interruption, model selection, NaN guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from dmlbench.training.checkpoint import load_checkpoint
+from dmlbench.training.trainer import NonFiniteLossError, train_run
+
+from conftest import tiny_run
+
+TIMING_COLUMNS = ["seconds", "images_per_s"]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def train(run: dict, manifest: Path, root: Path, **kwargs):
+    return train_run(run, manifest, root / "out", root / "scratch", progress=False, **kwargs)
+
+
+def outputs(root: Path) -> tuple[dict, pd.DataFrame]:
+    checkpoint = load_checkpoint(root / "out" / "checkpoint.pt")
+    log = pd.read_csv(root / "out" / "log.csv").drop(columns=TIMING_COLUMNS)
+    return checkpoint, log
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_same_seed_same_bits_and_other_seed_differs(params, tiny_manifest, tmp_path):
+    run = tiny_run(params, "margin")
+    train(run, tiny_manifest, tmp_path / "a")
+    train(run, tiny_manifest, tmp_path / "b")
+    (ca, la), (cb, lb) = outputs(tmp_path / "a"), outputs(tmp_path / "b")
+    assert_same_weights(ca["model"], cb["model"])
+    pd.testing.assert_frame_equal(la, lb)
+    train(tiny_run(params, "margin", seed=1), tiny_manifest, tmp_path / "c")
+    cc, _ = outputs(tmp_path / "c")
+    assert not torch.equal(ca["model"]["head.linear.weight"], cc["model"]["head.linear.weight"])
+
+
+def test_interrupted_run_resumes_to_identical_result(params, tiny_manifest, tmp_path):
+    run = tiny_run(params, "proxy_nca", epochs=4)
+    train(run, tiny_manifest, tmp_path / "full")
+
+    def stop_after_two(epoch: int) -> None:
+        if epoch == 2:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        train(run, tiny_manifest, tmp_path / "cut", on_epoch_end=stop_after_two)
+    assert not (tmp_path / "cut" / "out" / "checkpoint.pt").exists()  # no half-finished outputs
+    assert (tmp_path / "cut" / "scratch" / "last.pt").exists()
+    result = train(run, tiny_manifest, tmp_path / "cut")
+    assert result.epochs_run_now == 2  # continued at epoch 3
+    (cf, lf), (cc, lc) = outputs(tmp_path / "full"), outputs(tmp_path / "cut")
+    assert_same_weights(cf["model"], cc["model"])
+    assert_same_weights(cf["loss"], cc["loss"])  # the proxies too
+    pd.testing.assert_frame_equal(lf, lc)
+    assert not (tmp_path / "cut" / "scratch" / "last.pt").exists()
+
+
+def test_scratch_from_another_configuration_is_not_resumed(params, tiny_manifest, tmp_path):
+    run = tiny_run(params, "triplet", epochs=3)
+    with pytest.raises(Interrupted):
+        train(run, tiny_manifest, tmp_path, on_epoch_end=lambda e: (_ for _ in ()).throw(Interrupted()))
+    run["training"]["optimizer"]["lr"] = 0.01
+    assert train(run, tiny_manifest, tmp_path).epochs_run_now == 3
+
+
+def test_selected_checkpoint_is_the_best_validation_epoch(params, tiny_manifest, tmp_path):
+    run = tiny_run(params, "binomial", epochs=4)
+    train(run, tiny_manifest, tmp_path)
+    checkpoint, log = outputs(tmp_path)
+    best = int(log["epoch"][log["val_R@1"].idxmax()])
+    assert checkpoint["selected_epoch"] == best and checkpoint["selection"] == "val"
+    assert checkpoint["selection_score"] == pytest.approx(log["val_R@1"].max())
+    assert log["test_R@1"].isna().all()  # the clean protocol never looks at the test set
+
+
+def test_paper_protocol_selects_on_test(params, tiny_manifest, tmp_path):
+    run = tiny_run(params, "contrastive", epochs=3)
+    run["training"]["selection"] = "test"
+    train(run, tiny_manifest, tmp_path)
+    checkpoint, log = outputs(tmp_path)
+    assert checkpoint["selected_epoch"] == int(log["epoch"][log["test_R@1"].idxmax()])
+
+
+def test_nan_loss_stops_with_a_clear_message(params, tiny_manifest, tmp_path, monkeypatch):
+    from dmlbench.methods.base import Recipe
+
+    monkeypatch.setattr(Recipe, "training_loss", lambda self, model, loss, x, y: model(x).sum() * float("nan"))
+    with pytest.raises(NonFiniteLossError, match=r"loss is nan at epoch 1, batch 1.*training.optimizer.lr"):
+        train(tiny_run(params, "triplet"), tiny_manifest, tmp_path)
+
+
+def test_selection_val_without_validation_split_is_an_error(params, tiny_manifest, tmp_path):
+    run = tiny_run(params)
+    run["training"]["val_fraction"] = 0.0
+    with pytest.raises(ValueError, match="val_fraction is 0"):
+        train(run, tiny_manifest, tmp_path)

@@ -1,0 +1,80 @@
+"""The two DAGs: dvc.yaml is generated from the Snakefile, is fresh, and DVC reads the same jobs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+SCRIPT = REPO / "workflow" / "scripts" / "make_dvc_yaml.py"
+CODE_DEPS = {"src/dmlbench", "Snakefile", "workflow/rules"}
+
+DUMP_JOBS = f"""
+import json, sys
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+import make_dvc_yaml as m
+jobs = m.snakemake_jobs(m.default_targets())
+print(json.dumps([dict(rule=j.rule, name=j.stage_name, inputs=j.inputs, outputs=j.outputs, logs=j.logs,
+                       params=j.params) for j in jobs]))
+"""
+
+
+@pytest.fixture(scope="module")
+def snakemake_jobs() -> list[dict]:
+    out = subprocess.run([sys.executable, "-c", DUMP_JOBS], cwd=REPO, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def dvc_stages() -> dict[str, dict]:
+    from dvc.repo import Repo
+
+    repo = Repo(str(REPO))
+    stages = {}
+    for stage in repo.index.stages:
+        stages[stage.name] = {
+            "deps": {str(d.def_path) for d in stage.deps if not hasattr(d, "params")} - CODE_DEPS,
+            "params": {key for d in stage.deps if hasattr(d, "params") for key in d.params},
+            "outs": {str(o.def_path) for o in stage.outs},
+            "upstream": {s.name for s in repo.index.graph.successors(stage)},
+        }
+    return stages
+
+
+def test_dvc_yaml_is_fresh():
+    result = subprocess.run([sys.executable, str(SCRIPT), "--check"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_one_stage_per_job_with_the_same_inputs_outputs_and_params(snakemake_jobs, dvc_stages):
+    assert {j["name"] for j in snakemake_jobs} == set(dvc_stages)
+    for job in snakemake_jobs:
+        stage = dvc_stages[job["name"]]
+        assert stage["deps"] == set(job["inputs"]), job["name"]
+        assert stage["outs"] == set(job["outputs"]) | set(job["logs"]), job["name"]
+        assert stage["params"] == set(job["params"]), job["name"]
+
+
+def test_dependency_edges_agree(snakemake_jobs, dvc_stages):
+    producer = {out: job["name"] for job in snakemake_jobs for out in job["outputs"]}
+    for job in snakemake_jobs:
+        upstream = {producer[i] for i in job["inputs"] if i in producer}
+        assert dvc_stages[job["name"]]["upstream"] == upstream, job["name"]
+
+
+def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_jobs):
+    config = __import__("yaml").safe_load((REPO / "params.yaml").read_text())
+    runs = {(d, m, s) for t in config["tables"].values() for d in t["datasets"] for m in t["methods"]
+            for s in config["seeds"]}
+    for rule in ("train", "embed", "evaluate"):
+        assert len([j for j in snakemake_jobs if j["rule"] == rule]) == len(runs)
+    for job in (j for j in snakemake_jobs if j["rule"] == "train"):
+        method = job["outputs"][0].split("/")[3]
+        methods = {p.split(".")[1] for p in job["params"] if p.startswith("methods.")}
+        assert methods == {method}
+        assert not any(p.endswith(".label") for p in job["params"])  # renaming a method does not retrain it

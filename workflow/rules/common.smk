@@ -1,0 +1,63 @@
+# Shared helpers of the rules: config validation, the dmlbench command line, run paths.
+
+import os
+import sys
+from pathlib import Path
+
+from dmlbench.config import validate_config
+
+validate_config(config, source="snakemake config (params.yaml + overlays)")
+
+# Every rule calls the same CLI with the same parameter files Snakemake read, from the
+# environment that runs Snakemake (so `.venv/bin/snakemake` works without activating it).
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+CONFIG_ARGS = " ".join(f"--config {path}" for path in workflow.configfiles)
+DMLBENCH = "dmlbench"
+RUN_DIR = "results/runs/{dataset}/{method}/seed{seed}"
+
+
+wildcard_constraints:
+    dataset="[a-z0-9_]+",
+    method="[a-z0-9_]+",
+    seed="[0-9]+",
+    table="[a-z0-9_]+",
+
+
+def table_runs(table, filename):
+    """Paths of `filename` in every run (dataset × method × seed) of tables.<table>."""
+    spec = config["tables"][table]
+    return expand(
+        f"{RUN_DIR}/{filename}",
+        dataset=spec["datasets"],
+        method=spec["methods"],
+        seed=config["seeds"],
+    )
+
+
+# rule name → function(wildcards) → the dotted params keys the rule reads. Each rule
+# declares them through tracked_params(), which makes them Snakemake params (so an edit
+# reruns the job) and lets make_dvc_yaml.py declare the same keys as the DVC stage's params.
+PARAM_KEYS = {}
+
+
+def lookup(key):
+    """config value at a dotted key such as 'methods.triplet'."""
+    node = config
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+def subkeys(key, exclude=()):
+    """Dotted keys of the entries of the mapping at `key`, minus `exclude`."""
+    return [f"{key}.{name}" for name in lookup(key) if name not in exclude]
+
+
+# Entries that only name things or steer later steps; they do not change the data or the training.
+PRESENTATION_KEYS = ("label", "recall_ks")
+
+
+def tracked_params(rule_name, keys):
+    """Register `keys(wildcards)` for `rule_name`; return a params function giving their values."""
+    PARAM_KEYS[rule_name] = keys
+    return lambda wildcards: {key: lookup(key) for key in keys(wildcards)}
