@@ -84,7 +84,7 @@ def snakemake_jobs(targets: list[str], configfiles: list[Path] | None = None) ->
 
 def stage(job: Job) -> dict:
     """The dvc.yaml stage of one job."""
-    command = " ".join(["snakemake --cores 1 --force --allowed-rules", job.rule, *job.outputs])
+    command = " ".join(["snakemake", *job.outputs, "--cores 1 --force --allowed-rules", job.rule])
     entry: dict = {"cmd": command, "deps": [*job.inputs, *CODE_DEPS]}
     if job.params:
         entry["params"] = list(job.params)
