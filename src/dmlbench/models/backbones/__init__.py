@@ -10,18 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dmlbench.models.backbones.base import StagedBackbone, freeze_batchnorm
-from dmlbench.models.backbones.bninception import build_bninception
-from dmlbench.models.backbones.efficientnet_lite import build_efficientnet_lite0
-from dmlbench.models.backbones.googlenet import build_googlenet
-from dmlbench.models.backbones.resnet import build_resnet50
 from dmlbench.models.backbones.small_cnn import build_small_cnn
 
 BACKBONES: dict[str, Callable[..., StagedBackbone]] = {
     "small_cnn": build_small_cnn,
-    "googlenet": build_googlenet,
-    "bninception": build_bninception,
-    "resnet50": build_resnet50,
-    "efficientnet_lite0": build_efficientnet_lite0,
 }
 
 #: keys of ``training.backbone`` handled by the model, not passed to the builder.
