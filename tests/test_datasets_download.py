@@ -169,7 +169,7 @@ def test_download_fetches_extracts_and_skips_on_rerun(server, tmp_path, fake_kin
         Archive("annos.mat", hashlib.sha256(b"MATLAB").hexdigest(), [f"{server.url}/annos.mat"]),
     ]
     root = download(fake_kind(archives), tmp_path / "raw")
-    assert root == tmp_path / "raw" / "fakeset" / "Data"
+    assert root == tmp_path / "raw" / "fakeset" / "extracted" / "Data"
     assert (root / "images" / "a.jpg").read_bytes() == b"jpeg"
     assert (tmp_path / "raw" / "fakeset" / "annos.mat").read_bytes() == b"MATLAB"
     (tmp_path / "raw" / "fakeset" / "data.tgz").unlink()  # archives may be deleted after extraction

@@ -65,9 +65,18 @@ def cmd_prepare(args: argparse.Namespace) -> None:
 
 
 def cmd_download(args: argparse.Namespace) -> None:
-    from dmlbench.data.download import download
+    from dmlbench.data.download import DownloadError, download, fetch_archive
 
-    root = download(args.kind, Path(args.raw_dir), allow_unverified=args.allow_unverified)
+    try:
+        if args.archive:
+            path = fetch_archive(args.kind, args.archive, Path(args.raw_dir) / args.kind / args.archive,
+                                 allow_unverified=args.allow_unverified)
+            print(f"fetched {path} (not extracted; `download: true` in a dataset's params extracts it)")
+            return
+        root = download(args.kind, Path(args.raw_dir), allow_unverified=args.allow_unverified)
+    except DownloadError as err:
+        print(f"dmlbench download: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
     print(f"downloaded {args.kind} to {root}\nprepare it with: DMLBENCH_{args.kind.upper()}_ROOT={root} "
           f"dmlbench prepare <dataset of kind {args.kind}>")
 
@@ -140,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("download", help="fetch and extract a real dataset's official archives (checksummed)")
     p.add_argument("kind", help="cub200, cars196, sop (In-Shop and VehicleID are distributed by request)")
     p.add_argument("--raw-dir", default="data/raw", help="where archives and extracted files go")
+    p.add_argument("--archive", metavar="FILENAME",
+                   help="fetch only this archive of the kind to RAW_DIR/KIND/FILENAME, without extracting it")
     p.add_argument("--allow-unverified", action="store_true",
                    help="accept an archive whose checksum is not pinned (its sha256 is printed)")
     p.set_defaults(func=cmd_download)

@@ -1,7 +1,30 @@
-# prepare: a dataset (generated or a local copy) → data/prepared/<dataset>/ with manifest.csv.
+# prepare: a dataset (generated, a local copy, or the official archives) → data/prepared/<dataset>/
+# with manifest.csv.
+
+
+def dataset_archives(wildcards):
+    """The archive files of a dataset with `download: true` (outputs of rule download), else none.
+
+    `prepare` extracts them into <raw_dir>/<kind>/extracted/ (a cache, not an output). With a
+    `raw_dir` other than data/raw, no rule makes them: they must already be there.
+    """
+    import importlib
+
+    from dmlbench.data.registry import PREPARER_MODULES
+
+    spec = config["datasets"][wildcards.dataset]
+    if not spec.get("download") or spec.get("kind") not in PREPARER_MODULES:
+        return []  # an unknown kind: `dmlbench prepare` says so
+    if spec.get("root"):  # fail before fetching anything
+        raise ValueError(f"datasets.{wildcards.dataset}: `download: true` and `root` are both set; choose one")
+    preparer = importlib.import_module(PREPARER_MODULES[spec["kind"]])
+    raw_dir = spec.get("raw_dir") or "data/raw"
+    return [f"{raw_dir}/{spec['kind']}/{archive.filename}" for archive in getattr(preparer, "ARCHIVES", [])]
 
 
 rule prepare:
+    input:
+        dataset_archives,
     output:
         directory("data/prepared/{dataset}"),
     params:

@@ -3,9 +3,22 @@
 :func:`fetch` downloads one file: it tries the official URL and then the
 known mirrors in order, resumes an interrupted download (an HTTP ``Range``
 request continuing ``<dest>.part``), verifies the checksum and renames the
-part file to ``dest`` only when it matches. :func:`download` does this for
-every archive of a dataset (each dataset module lists its ``ARCHIVES``),
-extracts them safely and returns the dataset root.
+part file to ``dest`` only when it matches.
+
+A dataset's files live under ``<raw_dir>/<kind>/`` (each dataset module lists
+its ``ARCHIVES``):
+
+- :func:`fetch_archive` downloads one of them to ``<raw_dir>/<kind>/<filename>``
+  (the ``download`` rule of the workflow runs it once per archive, so the
+  archives are Snakemake / DVC outputs);
+- :func:`extract_archives` extracts the archives found there, safely, into the
+  extraction cache ``<raw_dir>/<kind>/extracted/`` and returns the dataset
+  root inside it (``prepare`` calls it for ``download: true``);
+- :func:`download` is both, for every archive (``dmlbench download <kind>``).
+
+The extraction cache is not a workflow output: it is rebuilt from the
+archives when missing, and an archive whose sha256 differs from the one
+recorded at its extraction is extracted again.
 
 Checksums: a pinned ``sha256`` is authoritative. Where only the ``md5`` that
 the community has used for years is known, it verifies the file instead and
@@ -19,13 +32,17 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import contextlib
 import importlib
+import json
 import os
+import shutil
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import NamedTuple
 
 from tqdm import tqdm
@@ -34,6 +51,8 @@ from dmlbench.data.archives import extract_archive, is_archive
 
 USER_AGENT = "dmlbench-downloader/0.1 (+https://pypi.org/project/dmlbench)"
 CHUNK_BYTES = 1 << 20
+#: Folder of ``<raw_dir>/<kind>/`` that holds the extracted archives.
+EXTRACTED_DIR = "extracted"
 
 
 class Archive(NamedTuple):
@@ -185,19 +204,15 @@ def fetch(
     raise DownloadError(f"could not fetch {dest.name}; tried {len(failures)} URL(s):\n" + "\n".join(failures))
 
 
-def download(kind: str, raw_dir: str | os.PathLike[str], *, allow_unverified: bool = False) -> Path:
-    """Fetch and extract every archive of dataset ``kind`` under ``raw_dir/<kind>/``.
 
-    Each archive is fetched (:func:`fetch`), extracted (tar/zip, safely) or,
-    for plain files, kept where it lands; a ``.<file>.done`` marker makes a
-    re-run skip it, so the downloaded archives may be deleted afterwards.
 
-    Returns:
-        The dataset root to give to ``prepare`` (``root:`` or ``DMLBENCH_<KIND>_ROOT``).
+def _dataset_module(kind: str) -> ModuleType:
+    """The preparer module of ``kind``, which lists ``INFO``, ``ARCHIVES`` and ``ARCHIVE_ROOT``.
 
     Raises:
-        DownloadError: the dataset is distributed by request / Google Drive
-            only, or no URL worked; the message says how to get it by hand.
+        DownloadError: unknown kind, a generated dataset (nothing to download),
+            or a dataset distributed by request only (the message says how to
+            get it by hand).
     """
     from dmlbench.data.registry import PREPARER_MODULES
 
@@ -206,27 +221,194 @@ def download(kind: str, raw_dir: str | os.PathLike[str], *, allow_unverified: bo
     module = importlib.import_module(PREPARER_MODULES[kind])
     if not hasattr(module, "ARCHIVES"):
         raise DownloadError(f"dataset kind {kind!r} has nothing to download (`dmlbench prepare` generates it)")
-    info, archives = module.INFO, module.ARCHIVES
-    by_hand = (
+    if not module.ARCHIVES:
+        raise DownloadError(f"{module.INFO.title} cannot be downloaded automatically. {_by_hand(module)}")
+    return module
+
+
+def _by_hand(module: ModuleType) -> str:
+    info = module.INFO
+    return (
         f"Get it by hand from {info.homepage}, extract it, and point dmlbench at the folder "
         f"{info.root_name}: set {info.env_var}=/path/to/{info.root_name} or `root:` in its params section. "
         f"{info.manual}"
     ).strip()
-    if not archives:
-        raise DownloadError(f"{info.title} cannot be downloaded automatically. {by_hand}")
-    target = Path(raw_dir) / kind
-    for archive in archives:
-        marker = target / f".{archive.filename}.done"
-        if marker.exists():
-            continue
+
+
+def _archive(module: ModuleType, filename: str) -> Archive:
+    for archive in module.ARCHIVES:
+        if archive.filename == filename:
+            return archive
+    names = [archive.filename for archive in module.ARCHIVES]
+    raise DownloadError(f"{module.INFO.title} has no archive {filename!r}; its archives: {names}")
+
+
+def fetch_archive(
+    kind: str,
+    filename: str,
+    dest: str | os.PathLike[str],
+    *,
+    allow_unverified: bool = False,
+) -> Path:
+    """Download the archive ``filename`` of dataset ``kind`` to the file ``dest`` (no extraction).
+
+    ``dest`` is normally ``<raw_dir>/<kind>/<filename>``, where
+    :func:`extract_archives` looks for it. An existing ``dest`` is verified
+    and kept (see :func:`fetch`).
+
+    Raises:
+        DownloadError: unknown kind or file name, a dataset that cannot be
+            downloaded, or no URL worked (the message says how to get it by hand).
+        UnverifiedDownloadError: no checksum known and ``allow_unverified`` is False.
+    """
+    module = _dataset_module(kind)
+    archive = _archive(module, filename)
+    try:
+        return fetch(archive.urls, archive.sha256, dest, md5=archive.md5, allow_unverified=allow_unverified)
+    except UnverifiedDownloadError:
+        raise
+    except DownloadError as err:
+        raise DownloadError(f"{module.INFO.title}: {err}\n{_by_hand(module)}") from err
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``path`` (two ``prepare`` jobs may extract the same kind)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no locking
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            path = fetch(archive.urls, archive.sha256, target / archive.filename, md5=archive.md5,
-                         allow_unverified=allow_unverified)
-        except UnverifiedDownloadError:
-            raise
-        except DownloadError as err:
-            raise DownloadError(f"{info.title}: {err}\n{by_hand}") from err
-        if is_archive(path):
-            extract_archive(path, target)
-        marker.touch()
-    return target / module.ARCHIVE_ROOT
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_marker(marker: Path) -> dict | None:
+    try:
+        record = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("sha256"), str) else None
+
+
+def _write_marker(marker: Path, record: dict) -> None:
+    tmp = marker.with_name(marker.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, marker)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _extract_one(path: Path, cache: Path) -> list[str]:
+    """Extract an archive (or copy a plain file) into ``cache``; the top-level names created.
+
+    Everything is written under a temporary name first and renamed into place.
+    """
+    if is_archive(path):
+        return [entry.name for entry in extract_archive(path, cache)]
+    tmp = cache / f".copy-{path.name}.tmp{os.getpid()}"
+    shutil.copyfile(path, tmp)
+    os.replace(tmp, cache / path.name)
+    return [path.name]
+
+
+def extract_archives(kind: str, raw_dir: str | os.PathLike[str]) -> Path:
+    """Extract the archives of dataset ``kind`` in ``raw_dir/<kind>/`` into ``raw_dir/<kind>/extracted/``.
+
+    Idempotent: ``extracted/.<filename>.done`` records the sha256 (and size and
+    mtime, to skip hashing an unchanged file) of each archive when its
+    extraction completed. An archive is extracted again when its marker is
+    missing or records another sha256; the top-level entries that the old
+    extraction created are removed first. The marker is deleted before and
+    written after an extraction, and the extraction itself goes to a
+    temporary folder that is renamed into place, so an interrupted extraction
+    never looks complete. An archive that was deleted after a completed
+    extraction keeps its extracted files. Plain files (e.g. Cars196's
+    ``cars_annos.mat``) are copied. Concurrent calls for the same kind
+    serialise on a lock file.
+
+    Returns:
+        The dataset root inside the cache (``extracted/<ARCHIVE_ROOT>``), to
+        give to ``prepare``.
+
+    Raises:
+        DownloadError: an archive is neither in ``raw_dir/<kind>/`` nor
+            extracted, the kind cannot be downloaded, or the archives do not
+            contain the expected root folder.
+    """
+    module = _dataset_module(kind)
+    target = Path(raw_dir) / kind
+    cache = target / EXTRACTED_DIR
+    with _locked(target / f".{EXTRACTED_DIR}.lock"):
+        cache.mkdir(parents=True, exist_ok=True)
+        for stale in cache.glob(".*.tmp*"):  # left by a killed extraction
+            _remove(stale)
+        for archive in module.ARCHIVES:
+            path, marker = target / archive.filename, cache / f".{archive.filename}.done"
+            record = _read_marker(marker)
+            if not path.is_file():
+                if record is not None:
+                    continue  # extracted earlier; the archive has been deleted since
+                raise DownloadError(
+                    f"{module.INFO.title}: archive {path} not found (and not extracted before). "
+                    f"Fetch it with `dmlbench download {kind}` (or `dmlbench download {kind} --archive "
+                    f"{archive.filename}`, or `snakemake {path}`). {_by_hand(module)}"
+                )
+            stat = path.stat()
+            if record is not None and (record.get("size"), record.get("mtime_ns")) == (stat.st_size, stat.st_mtime_ns):
+                continue
+            sha256 = file_digest(path, "sha256")
+            if record is not None and record["sha256"] == sha256:
+                _write_marker(marker, {**record, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+                continue
+            marker.unlink(missing_ok=True)
+            for name in record.get("entries", []) if record else []:
+                if name and "/" not in name and name not in (".", ".."):
+                    _remove(cache / name)
+            print(f"extracting {path} into {cache}", file=sys.stderr)
+            entries = _extract_one(path, cache)
+            _write_marker(marker, {"archive": archive.filename, "sha256": sha256, "size": stat.st_size,
+                                   "mtime_ns": stat.st_mtime_ns, "entries": entries})
+    root = cache / module.ARCHIVE_ROOT
+    if not root.is_dir():
+        raise DownloadError(
+            f"{module.INFO.title}: the extracted archives in {cache} hold no folder {module.ARCHIVE_ROOT!r}; "
+            f"delete {cache} and the archives in {target} and fetch them again."
+        )
+    return root
+
+
+def download(kind: str, raw_dir: str | os.PathLike[str], *, allow_unverified: bool = False) -> Path:
+    """Fetch every archive of dataset ``kind`` to ``raw_dir/<kind>/`` and extract them.
+
+    :func:`fetch_archive` for each archive, then :func:`extract_archives`.
+    An archive whose extraction is complete is not fetched again, so the
+    downloaded archives may be deleted afterwards.
+
+    Returns:
+        The dataset root, ``raw_dir/<kind>/extracted/<ARCHIVE_ROOT>`` (give it
+        to ``prepare`` as ``root:`` or ``DMLBENCH_<KIND>_ROOT``, or set
+        ``download: true`` in the dataset's params section).
+
+    Raises:
+        DownloadError: the dataset is distributed by request / Google Drive
+            only, or no URL worked; the message says how to get it by hand.
+    """
+    module = _dataset_module(kind)
+    target = Path(raw_dir) / kind
+    for archive in module.ARCHIVES:
+        path = target / archive.filename
+        if not path.exists() and _read_marker(target / EXTRACTED_DIR / f".{archive.filename}.done"):
+            continue
+        fetch_archive(kind, archive.filename, path, allow_unverified=allow_unverified)
+    return extract_archives(kind, raw_dir)

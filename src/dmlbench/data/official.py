@@ -11,6 +11,8 @@ Params section of a real dataset (``datasets.<name>``)::
 
     kind: cub200          # picks the module
     root: null            # extracted official copy; null -> $DMLBENCH_<KIND>_ROOT
+    download: false       # true: the root is the extraction of the official archives in
+    raw_dir: data/raw     #   <raw_dir>/<kind>/ (dmlbench.data.download.extract_archives); excludes `root`
     verify_images: true   # open every image header (default per dataset)
     expected_counts:      # tests'/fixtures' hook: replaces the pinned counts
       train: [n_images, n_classes]
@@ -44,7 +46,9 @@ from dmlbench.data.manifest import SPLITS, ManifestError, assert_split_counts, w
 #: Keys of a dataset section that belong to other parts of the pipeline.
 IGNORED_KEYS: frozenset[str] = frozenset({"kind", "label", "recall_ks", "training"})
 #: Keys every real dataset understands.
-COMMON_KEYS: frozenset[str] = frozenset({"root", "verify_images", "expected_counts"})
+COMMON_KEYS: frozenset[str] = frozenset({"root", "download", "raw_dir", "verify_images", "expected_counts"})
+#: Where ``download: true`` looks for the archives (``<raw_dir>/<kind>/<filename>``) by default.
+DEFAULT_RAW_DIR = "data/raw"
 
 Counts = dict[str, tuple[int, int]]
 """``{split: (n_images, n_classes)}``."""
@@ -121,8 +125,9 @@ def read_options(config: Mapping[str, Any], info: DatasetInfo) -> dict[str, Any]
         ``{"verify_images": bool, **info.options}`` with the values from ``config``.
 
     Raises:
-        DatasetConfigError: an unknown key, or a non-boolean ``verify_images`` /
-            ``cropped``.
+        DatasetConfigError: an unknown key, a non-boolean ``verify_images`` /
+            ``cropped`` / ``download``, a ``raw_dir`` that is not a string, or
+            ``download: true`` together with ``root``.
     """
     allowed = IGNORED_KEYS | COMMON_KEYS | set(info.options)
     unknown = sorted(set(config) - allowed)
@@ -136,18 +141,54 @@ def read_options(config: Mapping[str, Any], info: DatasetInfo) -> dict[str, Any]
     for key in ("verify_images", "cropped"):
         if key in options and not isinstance(options[key], bool):
             raise DatasetConfigError(f"{info.title}: `{key}` must be true or false, got {options[key]!r}")
+    _check_source(config, info)
     return options
+
+
+def _check_source(config: Mapping[str, Any], info: DatasetInfo) -> None:
+    """The ``download`` / ``raw_dir`` / ``root`` keys: types, and not both sources at once."""
+    download = config.get("download")
+    if download is not None and not isinstance(download, bool):
+        raise DatasetConfigError(f"{info.title}: `download` must be true or false, got {download!r}")
+    raw_dir = config.get("raw_dir")
+    if raw_dir is not None and not (isinstance(raw_dir, str) and raw_dir):
+        raise DatasetConfigError(f"{info.title}: `raw_dir` must be a folder path, got {raw_dir!r}")
+    if download and config.get("root"):
+        raise DatasetConfigError(
+            f"{info.title}: `download: true` and `root: {config['root']}` are both set; choose one: "
+            f"`download: true` reads the archives from {raw_dir or DEFAULT_RAW_DIR}/{info.kind}/, "
+            f"`root` (or ${info.env_var}) a local copy"
+        )
 
 
 def locate_root(config: Mapping[str, Any], info: DatasetInfo) -> Path:
     """The local copy's root: ``config["root"]``, else ``$DMLBENCH_<KIND>_ROOT``.
+
+    With ``download: true`` it is instead the dataset root inside the
+    extraction cache of the official archives,
+    ``extract_archives(kind, raw_dir)`` (``raw_dir`` default ``data/raw``),
+    which extracts the archives first when needed; the environment variable
+    is then ignored.
 
     Returns:
         Absolute path (not resolved through symlinks) of an existing directory.
 
     Raises:
         DatasetNotFoundError: neither is set, or the path is not a directory.
+            With ``download: true``: an archive is neither in ``raw_dir`` nor
+            extracted, or the dataset cannot be downloaded (the message says
+            how to get it by hand).
+        DatasetConfigError: ``download: true`` together with ``root``.
     """
+    _check_source(config, info)
+    if config.get("download"):
+        from dmlbench.data.download import DownloadError, extract_archives
+
+        try:
+            root = extract_archives(info.kind, config.get("raw_dir") or DEFAULT_RAW_DIR)
+        except DownloadError as err:
+            raise DatasetNotFoundError(f"`download: true`: {err}") from err
+        return Path(os.path.abspath(root))
     root = config.get("root") or os.environ.get(info.env_var)
     if not root:
         raise DatasetNotFoundError(f"{info.title}: no local copy configured. {info.where_to_point()}")
