@@ -69,30 +69,35 @@ def synthetic_embeddings(num_items: int, dim: int, num_classes: int, seed: int) 
     return embeddings, labels
 
 
+def cpu_seconds() -> float:
+    """User + system CPU time of this process and its threads so far, seconds."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def peak_rss_mib() -> float:
     """Peak resident set size of this process so far, MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_ours(embeddings: np.ndarray, labels: np.ndarray, args: argparse.Namespace) -> tuple[dict, float, float]:
-    """Time our metric set; returns (metrics, seconds, peak RSS increase in MiB)."""
+def run_ours(embeddings: np.ndarray, labels: np.ndarray, args: argparse.Namespace) -> dict:
+    """Time our metric set; returns the metrics and measurements."""
     from dmlbench.evaluation import KMeansSettings, evaluate_embeddings
     from dmlbench.evaluation.retrieval import build_task, retrieval_metrics
 
     ks = [k for k in (1, 10, 100, 1000) if k < len(labels)]
-    before = peak_rss_mib()
-    start = time.perf_counter()
+    rss_before, cpu_before, start = peak_rss_mib(), cpu_seconds(), time.perf_counter()
     if args.no_nmi:
         metrics = retrieval_metrics(embeddings, build_task(labels, None), ks, args.chunk_size)
     else:
         metrics = evaluate_embeddings(
             embeddings, labels, ks, kmeans=KMeansSettings(seed=args.seed, niter=args.niter), chunk_size=args.chunk_size
         )
-    return metrics, time.perf_counter() - start, peak_rss_mib() - before
+    return measurements(metrics, start, cpu_before, rss_before)
 
 
-def run_pml(embeddings: np.ndarray, labels: np.ndarray, args: argparse.Namespace) -> tuple[dict, float, float]:
-    """Time pytorch-metric-learning's AccuracyCalculator; returns (metrics, seconds, peak RSS increase in MiB)."""
+def run_pml(embeddings: np.ndarray, labels: np.ndarray, args: argparse.Namespace) -> dict:
+    """Time pytorch-metric-learning's AccuracyCalculator; returns the metrics and measurements."""
     import torch
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
     from pytorch_metric_learning.utils.inference import FaissKMeans
@@ -110,22 +115,31 @@ def run_pml(embeddings: np.ndarray, labels: np.ndarray, args: argparse.Namespace
         )
     )
     include = ("precision_at_1", "r_precision", "mean_average_precision_at_r") + (() if args.no_nmi else ("NMI",))
-    before = peak_rss_mib()
-    start = time.perf_counter()
+    rss_before, cpu_before, start = peak_rss_mib(), cpu_seconds(), time.perf_counter()
     calculator = AccuracyCalculator(
         include=include, k="max_bin_count", device=torch.device("cpu"), kmeans_func=kmeans_func
     )
     metrics = calculator.get_accuracy(torch.from_numpy(embeddings), torch.from_numpy(labels))
-    return metrics, time.perf_counter() - start, peak_rss_mib() - before
+    return measurements(metrics, start, cpu_before, rss_before)
+
+
+def measurements(metrics: dict, start: float, cpu_before: float, rss_before: float) -> dict:
+    """The metrics with wall seconds, CPU seconds and peak-RSS figures since the given starting values."""
+    return {
+        "metrics": metrics,
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": cpu_seconds() - cpu_before,
+        "peak_rss_increase_mib": peak_rss_mib() - rss_before,
+        "peak_rss_mib": peak_rss_mib(),
+    }
 
 
 def worker(tool: str, data_dir: Path, args: argparse.Namespace) -> None:
     """Load the data, run one tool and print one JSON line with its numbers."""
     embeddings = np.load(data_dir / "embeddings.npy")
     labels = np.load(data_dir / "labels.npy")
-    metrics, seconds, rss_increase = (run_ours if tool == "ours" else run_pml)(embeddings, labels, args)
-    print(json.dumps({"tool": tool, "seconds": seconds, "peak_rss_increase_mib": rss_increase,
-                      "peak_rss_mib": peak_rss_mib(), "metrics": metrics}))  # fmt: skip
+    result = (run_ours if tool == "ours" else run_pml)(embeddings, labels, args)
+    print(json.dumps({"tool": tool, **result}))
 
 
 def measure(tool: str, data_dir: Path, argv: list[str], timeout: float | None) -> dict:
@@ -142,13 +156,28 @@ def measure(tool: str, data_dir: Path, argv: list[str], timeout: float | None) -
 
 
 def report(result: dict) -> str:
-    """One human-readable line per tool."""
+    """One human-readable line (plus the metric values) for one run of one tool."""
     if "timed_out_after_s" in result:
         return f"{result['tool']:>5}: stopped after {result['timed_out_after_s']:.0f} s (timeout)"
     metrics = ", ".join(f"{k}={v:.4f}" for k, v in result["metrics"].items() if not k.startswith(("num_", "kmeans_")))
     return (
-        f"{result['tool']:>5}: {result['seconds']:8.1f} s, peak RSS +{result['peak_rss_increase_mib']:7.0f} MiB "
+        f"{result['tool']:>5}: {result['seconds']:8.1f} s wall, {result['cpu_seconds']:8.1f} s CPU, "
+        f"peak RSS +{result['peak_rss_increase_mib']:7.0f} MiB "
         f"(peak {result['peak_rss_mib']:.0f} MiB)\n       {metrics}"
+    )
+
+
+def summary(results: list[dict]) -> str:
+    """Median wall and CPU time and largest peak-RSS increase of one tool over its completed runs."""
+    done = [r for r in results if "seconds" in r]
+    if not done:
+        return f"{results[0]['tool']:>5}: no completed run"
+    seconds = sorted(r["seconds"] for r in done)
+    cpu = float(np.median([r["cpu_seconds"] for r in done]))
+    rss = max(r["peak_rss_increase_mib"] for r in done)
+    return (
+        f"{done[0]['tool']:>5}: median {float(np.median(seconds)):.1f} s wall over {len(done)} run(s) "
+        f"(min {seconds[0]:.1f}, max {seconds[-1]:.1f}), median {cpu:.1f} s CPU, peak RSS +{rss:.0f} MiB"
     )
 
 
@@ -163,6 +192,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--chunk-size", type=int, default=4096, help="our kNN query chunk")
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset of: ours,pml")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a tool is stopped")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per tool, interleaved (the machine may be shared)")
     parser.add_argument("--no-nmi", action="store_true", help="retrieval metrics only (no K-means)")
     parser.add_argument("--pml-default-kmeans", action="store_true", help="PML's own K-means (20 iterations)")
     parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
@@ -183,8 +213,15 @@ def main(argv: list[str]) -> None:
         np.save(Path(tmp) / "embeddings.npy", embeddings)
         np.save(Path(tmp) / "labels.npy", labels)
         del embeddings
-        for tool in args.tools.split(","):
-            print(report(measure(tool, Path(tmp), argv, args.timeout)), flush=True)
+        tools = args.tools.split(",")
+        results: dict[str, list[dict]] = {tool: [] for tool in tools}
+        for _ in range(args.repeat):
+            for tool in tools:
+                results[tool].append(measure(tool, Path(tmp), argv, args.timeout))
+                print(report(results[tool][-1]), flush=True)
+    print("summary:")
+    for tool in tools:
+        print(summary(results[tool]))
 
 
 if __name__ == "__main__":

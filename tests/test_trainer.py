@@ -108,3 +108,16 @@ def test_selection_val_without_validation_split_is_an_error(params, tiny_manifes
     run["training"]["val_fraction"] = 0.0
     with pytest.raises(ValueError, match="val_fraction is 0"):
         train(run, tiny_manifest, tmp_path)
+
+
+def test_paper_protocol_on_a_query_gallery_dataset(params, tiny_manifest, tmp_path):
+    frame = pd.read_csv(tiny_manifest)
+    test_rows = frame.index[frame["split"] == "test"]
+    frame.loc[test_rows, "split"] = ["query" if i % 2 else "gallery" for i in range(len(test_rows))]
+    manifest = tiny_manifest.with_name("qg.csv")
+    frame.to_csv(manifest, index=False)
+    run = tiny_run(params, "contrastive", epochs=2)
+    run["training"]["selection"] = "test"
+    train(run, manifest, tmp_path)
+    _, log = outputs(tmp_path)
+    assert log["test_R@1"].between(0, 1).all()

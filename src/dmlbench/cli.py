@@ -128,7 +128,7 @@ def cmd_info(args: argparse.Namespace) -> None:
         backbone = build()
         print(f"{name} (input 3×{args.image_size}×{args.image_size})")
         for stage, shape in backbone.stage_shapes(args.image_size).items():
-            print(f"  {stage:<10} {'×'.join(str(s) for s in shape)}")
+            print(f"  {stage:<12} {'×'.join(str(s) for s in shape)}")
 
 
 def build_parser() -> argparse.ArgumentParser:

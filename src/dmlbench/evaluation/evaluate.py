@@ -57,7 +57,8 @@ def evaluate_embeddings(
 
     The full embedding is evaluated **as given** (callers pass the
     concatenation of the L2-normalised learners, which is what the methods use
-    at test time); each learner slice is L2-normalised on its own first.
+    at test time); each learner slice is L2-normalised on its own first
+    (all-zero rows stay zero).
     Distances are exact Euclidean distances (faiss ``IndexFlatL2``).
 
     Retrieval (see :mod:`dmlbench.evaluation.retrieval`): without ``split``
@@ -88,6 +89,7 @@ def evaluate_embeddings(
 
     Raises:
         ValueError: an input is malformed (the message says which and how).
+        TypeError: embeddings, labels or learner_slices have the wrong dtype.
     """
     x = check_embeddings(embeddings)
     y = check_labels(labels, len(x))
@@ -119,11 +121,14 @@ def recall_at_k(
     ks: Sequence[int],
     chunk_size: int = 4096,
     num_threads: int | None = None,
+    split: np.ndarray | None = None,
 ) -> dict[int, float]:
-    """All-vs-all Recall@K only (no K-means, no MAP@R): the cheap per-epoch validation metric.
+    """Recall@K only (no K-means, no MAP@R): the cheap per-epoch model-selection metric.
 
-    Each item queries all others (itself excluded by index); items whose class
-    has no other item are left out, as in :func:`evaluate_embeddings`.
+    Without ``split`` each item queries all others (itself excluded by index);
+    with ``split`` ((N,) 'query'/'gallery') queries search the gallery, as in
+    :func:`evaluate_embeddings`. Queries whose class has no other item in the
+    database are left out.
 
     Args:
         embeddings: (N, d) float, finite; Euclidean distances on these vectors.
@@ -146,7 +151,7 @@ def recall_at_k(
     y = check_labels(labels, len(x))
     check_positive(chunk_size, "chunk_size")
     check_positive(num_threads, "num_threads", optional=True)
-    task = build_task(y, None)
+    task = build_task(y, check_split(split, len(x)))
     checked_ks = check_recall_ks(ks, task.database_size)
     with faiss_threads(num_threads):
         metrics = retrieval_metrics(x, task, checked_ks, chunk_size, with_map_at_r=False)

@@ -1,9 +1,10 @@
-"""Exact k-nearest-neighbour search with faiss, in query chunks.
+"""Exact k-nearest-neighbour search with faiss.
 
 The search is exhaustive (``faiss.IndexFlatL2``: exact squared Euclidean
 distances, no approximation). It runs on the GPU when faiss sees one and ``k``
-is within the GPU limit, on the CPU otherwise. Peak memory is the index (a copy
-of the database, G × d float32) plus one chunk of results (chunk_size × k).
+is within the GPU limit, on the CPU otherwise. Queries are searched in chunks
+by the caller, so peak memory is the index (a copy of the database, G × d
+float32) plus one chunk of results (chunk_size × k).
 
 Neighbours are ordered by (distance, database row): faiss's CPU heaps break
 exact ties by the smaller row index, so duplicates are returned in a
@@ -76,35 +77,20 @@ def exclude_self_from(neighbours: np.ndarray, self_ids: np.ndarray) -> np.ndarra
     return neighbours[~is_self].reshape(len(neighbours), -1)
 
 
-def iter_neighbours(
-    points: np.ndarray,
-    query_rows: np.ndarray,
-    database: np.ndarray,
-    k: int,
-    chunk_size: int,
-    exclude_self: bool,
-) -> Iterator[np.ndarray]:
-    """Yield the k nearest database rows of each chunk of queries.
-
-    Queries are gathered from ``points`` one chunk at a time, so no (Q, d)
-    copy of them is made.
+def search(index: faiss.Index, points: np.ndarray, rows: np.ndarray, k: int, exclude_self: bool) -> np.ndarray:
+    """The k nearest database rows of the queries ``points[rows]``, nearest first.
 
     Args:
-        points: (N, d) float32, C-contiguous.
-        query_rows: (Q,) rows of ``points`` to use as queries.
-        database: (G, d) float32, C-contiguous.
+        index: from :func:`make_index`.
+        points: (N, d) float32, C-contiguous; only the ``rows`` are gathered, so no (Q, d) copy is made.
+        rows: (c,) rows of ``points`` to use as queries.
         k: neighbours per query, at most G (G - 1 with ``exclude_self``).
-        chunk_size: queries per faiss search.
         exclude_self: the database is ``points`` itself (all-vs-all), so each
             query's own row is excluded, by index.
 
-    Yields:
-        (c, k) int64 database rows, nearest first, for consecutive chunks of
-        ``chunk_size`` queries (the last one may be shorter).
+    Returns:
+        (c, k) int64 database rows.
     """
     k_search = k + 1 if exclude_self else k
-    index = make_index(database, k_search)
-    for start in range(0, len(query_rows), chunk_size):
-        rows = query_rows[start : start + chunk_size]
-        _, neighbours = index.search(points[rows], k_search)
-        yield exclude_self_from(neighbours, rows) if exclude_self else neighbours
+    _, neighbours = index.search(points[rows], k_search)
+    return exclude_self_from(neighbours, rows) if exclude_self else neighbours

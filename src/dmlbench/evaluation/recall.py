@@ -1,4 +1,4 @@
-"""Recall@K from per-query relevance of the ranked neighbours."""
+"""Recall@K from the rank of each query's first relevant neighbour."""
 
 from __future__ import annotations
 
@@ -7,22 +7,33 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def recall_hits(relevance: np.ndarray, ks: Sequence[int]) -> np.ndarray:
-    """Whether each query has a same-label item among its first K neighbours, for each K.
+def first_hit_rank(relevance: np.ndarray) -> np.ndarray:
+    """0-based rank of the first relevant neighbour of each query; k where there is none.
 
     Args:
         relevance: (c, k) bool, ``relevance[q, i]`` is True when the (i+1)-th
-            nearest neighbour of query q has the query's label; k ≥ max(ks).
+            nearest neighbour of query q has the query's label.
+
+    Returns:
+        (c,) int64 in [0, k].
+
+    >>> first_hit_rank(np.array([[True, False, True], [False, False, True], [False, False, False]]))
+    array([0, 2, 3])
+    """
+    return np.where(relevance.any(axis=1), relevance.argmax(axis=1), relevance.shape[1]).astype(np.int64)
+
+
+def recall_from_ranks(first_ranks: np.ndarray, ks: Sequence[int]) -> list[float]:
+    """Recall@K for each K: the fraction of queries whose first relevant neighbour has rank < K (0-based).
+
+    Args:
+        first_ranks: (Q,) int, from :func:`first_hit_rank` (any value ≥ max(ks) means no hit).
         ks: the K values.
 
     Returns:
-        (c, len(ks)) bool.
+        One fraction in [0, 1] per K.
 
-    >>> relevance = np.array([[True, False, False], [False, False, True], [False, False, False]])
-    >>> recall_hits(relevance, [1, 2, 3]).astype(int)
-    array([[1, 1, 1],
-           [0, 0, 1],
-           [0, 0, 0]])
+    >>> recall_from_ranks(np.array([0, 2, 3, 1]), [1, 2, 3])
+    [0.25, 0.5, 0.75]
     """
-    first_hit = np.where(relevance.any(axis=1), relevance.argmax(axis=1), relevance.shape[1])
-    return first_hit[:, None] < np.asarray(ks)[None, :]
+    return [float(np.count_nonzero(first_ranks < k) / len(first_ranks)) for k in ks]

@@ -18,11 +18,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import faiss
 import numpy as np
 
-from dmlbench.evaluation.knn import iter_neighbours
+from dmlbench.evaluation.knn import make_index, search
 from dmlbench.evaluation.map_at_r import average_precision_at_r, r_precision
-from dmlbench.evaluation.recall import recall_hits
+from dmlbench.evaluation.recall import first_hit_rank, recall_from_ranks
+
+FIRST_PASS_K = 64
+"""Neighbours fetched for every query (at least max R); deeper searches only for queries with no hit in them."""
 
 
 def count_relevant(query_labels: np.ndarray, database_labels: np.ndarray, self_in_database: bool) -> np.ndarray:
@@ -106,6 +110,17 @@ def build_task(labels: np.ndarray, query_mask: np.ndarray | None) -> RetrievalTa
     )
 
 
+def _relevance(
+    index: faiss.Index, embeddings: np.ndarray, task: RetrievalTask, queries: slice | np.ndarray, k: int
+) -> np.ndarray:
+    """(c, k) bool: whether each of the k nearest neighbours of the selected queries has the query's label.
+
+    ``queries`` selects entries of ``task.query_rows`` (a slice or an index array).
+    """
+    neighbours = search(index, embeddings, task.query_rows[queries], k, exclude_self=task.database_rows is None)
+    return task.database_labels[neighbours] == task.query_labels[queries, None]
+
+
 def retrieval_metrics(
     embeddings: np.ndarray,
     task: RetrievalTask,
@@ -114,6 +129,13 @@ def retrieval_metrics(
     with_map_at_r: bool = True,
 ) -> dict[str, float]:
     """Recall@K and, optionally, MAP@R and R-precision of one embedding view.
+
+    Each chunk of queries is searched for k1 = max(max R, min(max K,
+    ``FIRST_PASS_K``)) neighbours, enough for MAP@R, RP and the small K. Only
+    the queries with no relevant item among those k1 are searched again for
+    max K neighbours, which makes Recall@1000 nearly as cheap as Recall@10.
+    The answer is that of a single search for max(max K, max R) neighbours
+    (up to the float32-rounding caveat in :mod:`dmlbench.evaluation.knn`).
 
     Args:
         embeddings: (N, d) float32, C-contiguous; distances are Euclidean on these vectors.
@@ -128,25 +150,25 @@ def retrieval_metrics(
     ks = list(recall_ks)
     r = task.relevant_counts
     max_r = int(r.max()) if with_map_at_r else 0
+    k_first = max(max_r, min(max(ks), FIRST_PASS_K))
     all_vs_all = task.database_rows is None
     database = embeddings if all_vs_all else embeddings[task.database_rows]
-    neighbour_chunks = iter_neighbours(
-        embeddings, task.query_rows, database, max(max(ks), max_r), chunk_size, exclude_self=all_vs_all
-    )
+    index = make_index(database, max(max(ks), k_first) + int(all_vs_all))
 
-    hits, average_precision, precision_at_r = [], [], []
-    start = 0
-    for neighbours in neighbour_chunks:
-        stop = start + len(neighbours)
-        relevance = task.database_labels[neighbours] == task.query_labels[start:stop, None]
-        hits.append(recall_hits(relevance, ks))
+    ranks, average_precision, precision_at_r = [], [], []
+    for start in range(0, len(r), chunk_size):
+        chunk = slice(start, start + chunk_size)
+        relevance = _relevance(index, embeddings, task, chunk, k_first)
+        rank = first_hit_rank(relevance)
+        deeper = np.flatnonzero(rank == k_first)
+        if max(ks) > k_first and len(deeper):
+            rank[deeper] = first_hit_rank(_relevance(index, embeddings, task, start + deeper, max(ks)))
+        ranks.append(rank)
         if with_map_at_r:
-            average_precision.append(average_precision_at_r(relevance[:, :max_r], r[start:stop]))
-            precision_at_r.append(r_precision(relevance[:, :max_r], r[start:stop]))
-        start = stop
+            average_precision.append(average_precision_at_r(relevance[:, :max_r], r[chunk]))
+            precision_at_r.append(r_precision(relevance[:, :max_r], r[chunk]))
 
-    hit_counts = np.count_nonzero(np.concatenate(hits), axis=0)
-    metrics = {f"R@{k}": float(count / len(r)) for k, count in zip(ks, hit_counts)}
+    metrics = dict(zip((f"R@{k}" for k in ks), recall_from_ranks(np.concatenate(ranks), ks)))
     if with_map_at_r:
         metrics["MAP@R"] = float(np.concatenate(average_precision).mean())
         metrics["RP"] = float(np.concatenate(precision_at_r).mean())

