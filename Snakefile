@@ -16,9 +16,11 @@ include: "workflow/rules/prepare.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/figure.smk"
 
 
 rule all:
     input:
         expand("results/tables/{table}.tex", table=list(config["tables"])),
+        expand("results/plots/{figure}.png", figure=list(config.get("figures", {}))),
     default_target: True

@@ -98,7 +98,7 @@ def test_paper_protocol_selects_on_test(params, tiny_manifest, tmp_path):
 def test_nan_loss_stops_with_a_clear_message(params, tiny_manifest, tmp_path, monkeypatch):
     from dmlbench.methods.base import Recipe
 
-    monkeypatch.setattr(Recipe, "training_loss", lambda self, model, loss, x, y: model(x).sum() * float("nan"))
+    monkeypatch.setattr(Recipe, "training_loss", lambda self, model, loss, x, y, idx: model(x).sum() * float("nan"))
     with pytest.raises(NonFiniteLossError, match=r"loss is nan at epoch 1, batch 1.*training.optimizer.lr"):
         train(tiny_run(params, "triplet"), tiny_manifest, tmp_path)
 

@@ -121,6 +121,14 @@ def cmd_report(args: argparse.Namespace) -> None:
     report_table(config, args.table, RUNS_DIR, Path(args.tables_dir), Path(args.plots_dir))
 
 
+def cmd_figure(args: argparse.Namespace) -> None:
+    from dmlbench.report.figures import render_figure
+
+    config = load_config(args.config)
+    out = Path(args.out or f"results/plots/{args.figure}.png")
+    print(f"wrote {render_figure(config, args.figure, out)}")
+
+
 def cmd_info(args: argparse.Namespace) -> None:
     from dmlbench.models.backbones import BACKBONES
 
@@ -190,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plots-dir", default="results/plots")
     with_config(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("figure", help="draw a figure of an experiment (figures.FIGURE) from finished runs")
+    p.add_argument("figure", help="a key of the 'figures' params section, e.g. abe_fig5")
+    p.add_argument("--out", help="default results/plots/FIGURE.png")
+    with_config(p)
+    p.set_defaults(func=cmd_figure)
 
     p = sub.add_parser("info", help="describe registered components")
     p.add_argument("what", choices=["backbones"])

@@ -8,6 +8,10 @@ replaced.
 A *run* is (dataset, method, seed). Its training settings are resolved as
 ``training`` ← ``datasets.<d>.training`` ← ``methods.<m>.training`` (later
 wins), so a method section only states what differs from the defaults.
+
+A method may derive from another with ``base: <method>``: its section is
+deep-merged over the (resolved) base section, so an ablation states only what
+it changes (e.g. ``abe8_nodiv: {base: abe8, options: {divergence_weight: 0}}``).
 """
 
 from __future__ import annotations
@@ -74,6 +78,13 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     if errors:
         lines = [f"  {'.'.join(str(p) for p in err.absolute_path) or '<top>'}: {err.message}" for err in errors[:10]]
         raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
+    for name in config.get("methods", {}):
+        method = resolve_method(config, name)
+        missing = [key for key in ("recipe", "loss") if key not in method]
+        if missing:
+            raise ConfigError(f"{source}: methods.{name} (with its bases) defines no {' or '.join(missing)}")
+        if "name" not in method["loss"]:
+            raise ConfigError(f"{source}: methods.{name}.loss (with its bases) has no 'name'")
     for table_name, table in config.get("tables", {}).items():
         for key, section in (("datasets", "datasets"), ("methods", "methods")):
             unknown = [name for name in table[key] if name not in config[section]]
@@ -82,6 +93,10 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
                     f"{source}: tables.{table_name}.{key} names {unknown}, which are not defined under "
                     f"'{section}' (defined: {sorted(config[section])})"
                 )
+    for figure_name in config.get("figures", {}):
+        from dmlbench.report.figures import check_figure
+
+        check_figure(config, figure_name, source)
 
 
 def load_config(paths: Sequence[str | Path]) -> dict[str, Any]:
@@ -105,6 +120,42 @@ def section(config: Mapping[str, Any], *keys: str) -> Any:
     return node
 
 
+def method_chain(config: Mapping[str, Any], method: str) -> list[str]:
+    """``[method, its base, the base's base, ...]``.
+
+    Raises:
+        ConfigError: an unknown method or base, or a cycle of bases.
+
+    >>> method_chain({"methods": {"a": {}, "b": {"base": "a"}, "c": {"base": "b"}}}, "c")
+    ['c', 'b', 'a']
+    """
+    chain = [method]
+    node = section(config, "methods", method)
+    while "base" in node:
+        base = node["base"]
+        if base in chain:
+            raise ConfigError(f"methods.{chain[-1]}.base = {base!r} makes a cycle: {' -> '.join([*chain, base])}")
+        if base not in config["methods"]:
+            raise ConfigError(f"methods.{chain[-1]}.base = {base!r} is not defined under 'methods'")
+        chain.append(base)
+        node = config["methods"][base]
+    return chain
+
+
+def resolve_method(config: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """The method section merged over its bases (``base`` removed).
+
+    >>> methods = {"a": {"recipe": "abe", "options": {"m": 8, "w": 1}}, "b": {"base": "a", "options": {"w": 0}}}
+    >>> resolve_method({"methods": methods}, "b")
+    {'recipe': 'abe', 'options': {'m': 8, 'w': 0}}
+    """
+    merged: dict[str, Any] = {}
+    for name in reversed(method_chain(config, method)):
+        merged = deep_merge(merged, config["methods"][name])
+    merged.pop("base", None)
+    return merged
+
+
 def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int) -> dict[str, Any]:
     """Everything one run needs, self-contained (stored in its checkpoint).
 
@@ -113,7 +164,7 @@ def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int)
         "training": merged training settings, "evaluation": ..., "seed": seed}``.
     """
     dataset_config = section(config, "datasets", dataset)
-    method_config = section(config, "methods", method)
+    method_config = resolve_method(config, method)
     training = deep_merge(section(config, "training"), dataset_config.get("training", {}))
     training = deep_merge(training, method_config.get("training", {}))
     return {

@@ -4,7 +4,7 @@ import os
 import sys
 from pathlib import Path
 
-from dmlbench.config import validate_config
+from dmlbench.config import method_chain, validate_config
 
 validate_config(config, source="snakemake config (params.yaml + overlays)")
 
@@ -30,7 +30,7 @@ def table_runs(table, filename):
         f"{RUN_DIR}/{filename}",
         dataset=spec["datasets"],
         method=spec["methods"],
-        seed=config["seeds"],
+        seed=spec.get("seeds", config["seeds"]),
     )
 
 
@@ -51,6 +51,11 @@ def lookup(key):
 def subkeys(key, exclude=()):
     """Dotted keys of the entries of the mapping at `key`, minus `exclude`."""
     return [f"{key}.{name}" for name in lookup(key) if name not in exclude]
+
+
+def method_keys(method, exclude=()):
+    """Dotted keys of a method's section and of its bases' sections (`base:` inheritance)."""
+    return [key for name in method_chain(config, method) for key in subkeys(f"methods.{name}", exclude)]
 
 
 # Entries that only name things or steer later steps; they do not change the data or the training.

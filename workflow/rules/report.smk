@@ -5,7 +5,7 @@ def report_keys(table):
     """The table spec, the seeds, and the labels of its datasets and methods."""
     spec = config["tables"][table]
     labels = [f"datasets.{d}.label" for d in spec["datasets"] if "label" in config["datasets"][d]]
-    labels += [f"methods.{m}.label" for m in spec["methods"] if "label" in config["methods"][m]]
+    labels += [key for m in spec["methods"] for key in method_keys(m) if key.endswith(".label")]
     return [f"tables.{table}", "seeds", *labels]
 
 

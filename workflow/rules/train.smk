@@ -14,7 +14,7 @@ rule train:
             lambda w: [
                 "training",
                 *subkeys(f"datasets.{w.dataset}", [k for k in lookup(f"datasets.{w.dataset}") if k != "training"]),
-                *subkeys(f"methods.{w.method}", PRESENTATION_KEYS),
+                *method_keys(w.method, PRESENTATION_KEYS),
             ],
         ),
     threads: 1

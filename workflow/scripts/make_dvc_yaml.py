@@ -106,7 +106,9 @@ def render(jobs: list[Job]) -> str:
 def default_targets() -> list[str]:
     """The Snakefile's default target: every table."""
     config = yaml.safe_load((ROOT / "params.yaml").read_text())
-    return [f"results/tables/{table}.tex" for table in config["tables"]]
+    return [f"results/tables/{table}.tex" for table in config["tables"]] + [
+        f"results/plots/{figure}.png" for figure in config.get("figures", {})
+    ]
 
 
 def iter_differences(old: str, new: str) -> Iterator[str]:

@@ -36,6 +36,12 @@ class ImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
+    def with_transform(self, transform: Callable[[Image.Image], torch.Tensor]) -> "ImageDataset":
+        """The same rows with another transform, sharing the decoded-image cache."""
+        twin = ImageDataset(self.paths, self.labels, transform)
+        twin.cache = self.cache
+        return twin
+
     def _image(self, index: int) -> Image.Image:
         if self.cache is not None and index in self.cache:
             return self.cache[index]

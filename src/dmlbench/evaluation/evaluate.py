@@ -16,6 +16,8 @@ from dmlbench.evaluation.validation import (
     check_positive,
     check_recall_ks,
     check_split,
+    check_stats,
+    check_views,
 )
 
 
@@ -36,11 +38,46 @@ def l2_normalise(embeddings: np.ndarray) -> np.ndarray:
     return np.divide(embeddings, norms, out=np.zeros_like(embeddings), where=norms > 0)
 
 
-def _views(embeddings: np.ndarray, learner_slices: list[tuple[int, int]]) -> Iterator[tuple[str, np.ndarray]]:
-    """(key prefix, embeddings) of the full embedding as given, then of each L2-normalised learner slice."""
+def _views(embeddings: np.ndarray, learner_slices: list[tuple[int, int]],
+           named: dict[str, tuple[int, int]]) -> Iterator[tuple[str, np.ndarray]]:
+    """(key prefix, embeddings) of the full embedding as given, then of each L2-normalised learner
+    slice, then of each L2-normalised named view."""
     yield "", embeddings
     for m, (start, stop) in enumerate(learner_slices):
         yield f"learner{m}/", l2_normalise(embeddings[:, start:stop])
+    for name, (start, stop) in named.items():
+        yield f"{name}/", l2_normalise(embeddings[:, start:stop])
+
+
+def self_pair_similarity(embeddings: np.ndarray, learner_slices: Sequence[tuple[int, int]]) -> float:
+    """Mean cosine similarity between two learners' embeddings of the *same* image.
+
+    Averaged over images and over all learner pairs m < m'; the learners must have equal widths.
+    High values mean the learners agree (a redundant ensemble); ABE's divergence loss lowers it.
+
+    Args:
+        embeddings: (N, d) float.
+        learner_slices: M ≥ 2 [start, stop) ranges of equal width.
+
+    >>> x = np.array([[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0]], dtype=np.float32)
+    >>> self_pair_similarity(x, [(0, 2), (2, 4)])  # the same for image 0, orthogonal for image 1
+    0.5
+    """
+    widths = {stop - start for start, stop in learner_slices}
+    if len(learner_slices) < 2 or len(widths) != 1:
+        raise ValueError(f"self-pair similarity needs ≥ 2 learners of equal width, got slices {list(learner_slices)}")
+    parts = np.stack([l2_normalise(embeddings[:, a:b]) for a, b in learner_slices])  # (M, N, w)
+    total = parts.sum(axis=0)  # (N, w); sum over pairs m≠m' of <e_m, e_m'> = |Σ e|² − Σ |e|²
+    pair_sums = (total * total).sum(axis=1) - (parts * parts).sum(axis=(0, 2))
+    m = len(learner_slices)
+    return float(pair_sums.mean() / (m * (m - 1)))
+
+
+def _learner_means(metrics: dict[str, float], num_learners: int) -> dict[str, float]:
+    """``learners_mean/<metric>``: each metric averaged over the learners (their ``learner{m}/`` keys)."""
+    names = [key.split("/", 1)[1] for key in metrics if key.startswith("learner0/")]
+    return {f"learners_mean/{name}": float(np.mean([metrics[f"learner{m}/{name}"] for m in range(num_learners)]))
+            for name in names}
 
 
 def evaluate_embeddings(
@@ -49,6 +86,10 @@ def evaluate_embeddings(
     recall_ks: Sequence[int],
     split: np.ndarray | None = None,
     learner_slices: np.ndarray | None = None,
+    view_names: np.ndarray | None = None,
+    view_slices: np.ndarray | None = None,
+    stat_names: np.ndarray | None = None,
+    stat_values: np.ndarray | None = None,
     kmeans: KMeansSettings = KMeansSettings(),
     chunk_size: int = 4096,
     num_threads: int | None = None,
@@ -76,6 +117,10 @@ def evaluate_embeddings(
         split: optional (N,) 'query' / 'gallery' strings.
         learner_slices: optional (M, 2) int [start, stop) column ranges, one
             per learner, within [0, d] and not overlapping.
+        view_names, view_slices: optional (V,) names and (V, 2) [start, stop) ranges of
+            other column groups evaluated on their own (e.g. DeML's scales); may overlap.
+        stat_names, stat_values: optional (S,) names and (S,) finite numbers about the
+            model or its training (parameters, FLOPs, ...), copied into the result.
         kmeans: K-means settings for NMI.
         chunk_size: queries per kNN search; peak memory is
             O(chunk_size × k + N × d) with k = max(max K, max R).
@@ -84,7 +129,9 @@ def evaluate_embeddings(
     Returns:
         A flat dict of Python floats: ``R@K`` for each K, ``NMI``, ``MAP@R``,
         ``RP`` (fractions in [0, 1]); the same prefixed ``learner{m}/`` for each
-        learner slice; ``num_queries`` (queries evaluated), ``num_lone_queries``,
+        learner slice, ``learners_mean/`` for their mean and ``<name>/`` for each named
+        view; ``self_similarity`` (:func:`self_pair_similarity`) for ≥ 2 learners of
+        equal width; the stats; ``num_queries`` (queries evaluated), ``num_lone_queries``,
         ``num_classes``, ``kmeans_seed``, ``kmeans_niter``, ``kmeans_nredo``.
 
     Raises:
@@ -95,6 +142,8 @@ def evaluate_embeddings(
     y = check_labels(labels, len(x))
     query_mask = check_split(split, len(x))
     slices = check_learner_slices(learner_slices, x.shape[1])
+    named = check_views(view_names, view_slices, x.shape[1])
+    stats = check_stats(stat_names, stat_values)
     check_positive(chunk_size, "chunk_size")
     check_positive(num_threads, "num_threads", optional=True)
     task = build_task(y, query_mask)
@@ -102,10 +151,15 @@ def evaluate_embeddings(
 
     metrics: dict[str, float] = {}
     with faiss_threads(num_threads):
-        for prefix, view in _views(x, slices):
+        for prefix, view in _views(x, slices, named):
             view_metrics = retrieval_metrics(view, task, ks, chunk_size)
             view_metrics["NMI"] = clustering_nmi(view, y, kmeans)
             metrics.update({prefix + name: value for name, value in view_metrics.items()})
+    if slices:
+        metrics.update(_learner_means(metrics, len(slices)))
+    if len(slices) >= 2 and len({stop - start for start, stop in slices}) == 1:
+        metrics["self_similarity"] = self_pair_similarity(x, slices)
+    metrics.update(stats)
     metrics.update(
         num_queries=float(len(task.query_rows)),
         num_lone_queries=float(task.num_lone_queries),

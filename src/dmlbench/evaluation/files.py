@@ -14,7 +14,7 @@ from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.evaluation.evaluate import evaluate_embeddings
 
 REQUIRED_KEYS = ("embeddings", "labels")
-OPTIONAL_KEYS = ("split", "learner_slices")
+OPTIONAL_KEYS = ("split", "learner_slices", "view_names", "view_slices", "stat_names", "stat_values")
 
 
 def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
@@ -22,7 +22,8 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
 
     Keys: ``embeddings`` (N, d) float32, ``labels`` (N,) int, optional
     ``split`` (N,) 'query'/'gallery' strings, optional ``learner_slices`` (M, 2)
-    int. Pickled (object) arrays are refused.
+    int, optional ``view_names`` (V,) / ``view_slices`` (V, 2) and ``stat_names`` (S,) /
+    ``stat_values`` (S,) (see :func:`evaluate_embeddings`). Pickled (object) arrays are refused.
 
     Raises:
         FileNotFoundError: no such file.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -83,6 +84,44 @@ def check_learner_slices(learner_slices: np.ndarray | None, dim: int) -> list[tu
                 f"{after} = [{slices[after][0]}, {slices[after][1]}) overlap"
             )
     return slices
+
+
+def check_views(names: np.ndarray | None, slices: np.ndarray | None, dim: int) -> dict[str, tuple[int, int]]:
+    """(V,) distinct names matching ``[a-z0-9_]+`` and (V, 2) integer [start, stop) ranges within [0, dim]."""
+    if names is None and slices is None:
+        return {}
+    if names is None or slices is None:
+        raise ValueError("view_names and view_slices must be given together")
+    names_list = [str(n) for n in np.asarray(names).ravel()]
+    array = np.asarray(slices)
+    if array.ndim != 2 or array.shape != (len(names_list), 2) or array.dtype.kind not in "iu":
+        raise ValueError(f"view_slices must be integers of shape ({len(names_list)}, 2), got {array.dtype} {array.shape}")
+    if len(set(names_list)) != len(names_list):
+        raise ValueError(f"view_names repeat a name: {names_list}")
+    views = {}
+    for name, (start, stop) in zip(names_list, array.tolist()):
+        if not re.fullmatch(r"[a-z0-9_]+", name) or name.startswith("learner"):
+            raise ValueError(f"view name {name!r} must match [a-z0-9_]+ and not start with 'learner'")
+        if not 0 <= start < stop <= dim:
+            raise ValueError(f"view {name!r} = [{start}, {stop}) is empty or outside the {dim} embedding columns")
+        views[name] = (int(start), int(stop))
+    return views
+
+
+def check_stats(names: np.ndarray | None, values: np.ndarray | None) -> dict[str, float]:
+    """(S,) distinct names matching ``[a-z0-9_]+`` and (S,) finite numbers → ``{name: float}``."""
+    if names is None and values is None:
+        return {}
+    if names is None or values is None:
+        raise ValueError("stat_names and stat_values must be given together")
+    names_list = [str(n) for n in np.asarray(names).ravel()]
+    numbers = np.asarray(values, dtype=np.float64).ravel()
+    if len(numbers) != len(names_list) or len(set(names_list)) != len(names_list):
+        raise ValueError(f"stat_names {names_list} and stat_values {numbers.tolist()} must match one to one")
+    bad = [n for n in names_list if not re.fullmatch(r"[a-z0-9_]+", n)]
+    if bad or not np.isfinite(numbers).all():
+        raise ValueError(f"stats must have names matching [a-z0-9_]+ and finite values: {dict(zip(names_list, numbers))}")
+    return {name: float(value) for name, value in zip(names_list, numbers)}
 
 
 def check_recall_ks(recall_ks: Sequence[int], database_size: int) -> list[int]:

@@ -21,7 +21,7 @@ LOG_FILE = "log.csv"
 
 #: Keys of metrics.json that are evaluation metrics, hence fractions in [0, 1].
 #: Everything else (``kmeans_seed``, ``num_queries``, ...) is bookkeeping: any finite number.
-METRIC_KEY = re.compile(r"^(learner\d+/)?(R@\d+|NMI|MAP@R|RP)$")
+METRIC_KEY = re.compile(r"^([a-z0-9_]+/)?(R@\d+|NMI|MAP@R|RP)$")
 
 LOG_REQUIRED_COLUMNS = ("epoch", "loss", "val_R@1", "lr", "seconds", "images_per_s")
 LOG_OPTIONAL_COLUMNS = ("test_R@1",)

@@ -2,11 +2,13 @@
 
 Formatting decisions:
 
-- cells are mean ± sample standard deviation (``ddof=1``) over seeds, in percent with
-  one decimal (``61.3 $\\pm$ 0.4``); with one seed, just the mean;
-- the best mean of each column is bold; "best" compares the *displayed* (rounded)
-  means, so cells that read the same are bold together; all metrics shown
-  (R@K, NMI, MAP@R, RP) are higher-is-better;
+- cells are mean ± sample standard deviation (``ddof=1``) over seeds, evaluation
+  metrics in percent with one decimal (``61.3 $\\pm$ 0.4``), other numbers (parameters,
+  FLOPs, self-pair similarity, ...) as :func:`~.metric_format.metric_format` says; with
+  one seed, just the mean;
+- the best mean of each evaluation-metric column (R@K, NMI, MAP@R, RP, all
+  higher-is-better) is bold; "best" compares the *displayed* (rounded) means, so cells
+  that read the same are bold together; other columns are never bold;
 - a (method, dataset) without runs, or a metric a run did not report, is ``--``;
 - reference rows (numbers printed in the papers, see :mod:`.paper_numbers`) follow
   under a ``\\midrule``, one row per (method, paper), only for datasets of the
@@ -26,6 +28,7 @@ import pandas as pd
 
 from dmlbench.atomic import write_text_atomic
 from .collect import aggregate_over_seeds
+from .metric_format import MetricFormat, metric_format
 from .spec import TableSpec
 
 WIDE_COLUMNS = 8
@@ -57,12 +60,13 @@ def escape_latex(text: str) -> str:
     return _LATEX_SPECIAL_RE.sub(lambda match: _LATEX_SPECIAL[match.group()], text)
 
 
-def format_cell(mean: float, std: float | None) -> str:
-    """``mean ± std`` (fractions in, percent out, one decimal); just the mean when std is None/NaN."""
-    text = f"{100 * mean:.1f}"
+def format_cell(mean: float, std: float | None, display: MetricFormat = metric_format("R@1")) -> str:
+    """``mean ± std`` as ``display`` says (default: fractions in, percent out, one decimal);
+    just the mean when std is None/NaN."""
+    text = display.text(mean)
     if std is None or pd.isna(std):
         return text
-    return f"{text} $\\pm$ {100 * std:.1f}"
+    return f"{text} $\\pm$ {display.text(std)}"
 
 
 @dataclass(frozen=True)
@@ -112,10 +116,11 @@ def _result_cells(results: pd.DataFrame, spec: TableSpec) -> list[list[str]]:
         means: list[float | None] = []
         for dataset, metric in columns:
             key = (dataset, method, metric)
+            display = metric_format(metric)
             if key in summary.index:
                 mean, std = summary.loc[key, "mean"], summary.loc[key, "std"]
-                cells.append(format_cell(mean, std))
-                means.append(float(f"{100 * mean:.1f}"))
+                cells.append(format_cell(mean, std, display))
+                means.append(float(display.text(mean)) if display.bold_best else None)
             else:
                 cells.append(MISSING)
                 means.append(None)
@@ -173,7 +178,7 @@ def render_comparison_table(
         group_header.append(f"\\multicolumn{{{width}}}{{c}}{{{escape_latex(spec.dataset_label(dataset))}}}")
         rules.append(f"\\cmidrule(lr){{{first}-{first + width - 1}}}")
         first += width
-    metric_header = [""] + [escape_latex(metric) for _, metric in columns]
+    metric_header = [""] + [escape_latex(metric_format(metric).header) for _, metric in columns]
 
     def line(cells: Sequence[str]) -> str:
         return " & ".join(cells) + " \\\\"

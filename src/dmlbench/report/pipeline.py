@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dmlbench.config import resolve_run, section
+from dmlbench.config import resolve_method, resolve_run, section
 
 from .build import build_report
 from .caption import merge_settings
@@ -31,7 +31,7 @@ def table_spec(config: Mapping[str, Any], table: str) -> TableSpec:
         methods=list(methods),
         metrics=metrics,
         dataset_labels={d: config["datasets"][d].get("label", d) for d in datasets},
-        method_labels={m: config["methods"][m].get("label", m) for m in methods},
+        method_labels={m: resolve_method(config, m).get("label", m) for m in methods},
     )
 
 
@@ -54,7 +54,7 @@ def run_settings(run: Mapping[str, Any], seeds: list[int], dataset_label: str) -
 def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path, plots_dir: Path) -> None:
     """Write ``tables_dir/<table>.tex`` and ``plots_dir/<table>_{training_curves,recall_at_k}.png``."""
     spec = table_spec(config, table)
-    seeds = list(config["seeds"])
+    seeds = list(section(config, "tables", table).get("seeds", config["seeds"]))
     settings_by_run = {
         f"{spec.method_labels[m]} on {spec.dataset_labels[d]}": run_settings(
             resolve_run(config, d, m, seeds[0]), seeds, spec.dataset_labels[d]

@@ -86,6 +86,11 @@ def _save(fig: Figure, handles: list[Any], labels: list[str], out_png: str | Pat
         raise ValueError(f"{out_png}: nothing to plot for the table's datasets and methods")
     columns_that_fit = max(1, int(fig.get_figwidth() / LEGEND_ENTRY_WIDTH_IN))
     fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), columns_that_fit))
+    return _write_png(fig, out_png)
+
+
+def _write_png(fig: Figure, out_png: str | Path) -> Path:
+    """Render ``fig`` as PNG (fixed dpi, no ``Software`` metadata) and write it atomically."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
     return write_bytes_atomic(out_png, buffer.getvalue())

@@ -7,11 +7,10 @@ from pathlib import Path
 import numpy as np
 
 from dmlbench.atomic import atomic_output
-
 from dmlbench.methods import build_recipe
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.data import load_run_data
-from dmlbench.training.embedding import compute_embeddings
+from dmlbench.training.model_stats import count_parameters, forward_gflops
 from dmlbench.training.trainer import resolve_device
 
 
@@ -22,24 +21,37 @@ def write_npz(path: Path, **arrays: np.ndarray) -> None:
 
 
 def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: str | Path) -> Path:
-    """Embed the test images (or query + gallery) of a trained run.
+    """Embed the test images (or query + gallery) of a trained run with its recipe's test-time embedding.
 
     Writes ``embeddings`` (N, d) float32, ``labels`` (N,) int64, ``split`` (N,)
-    when the dataset is query/gallery, and ``learner_slices`` (M, 2) [start, stop)
-    for multi-learner models.
+    when the dataset is query/gallery, ``learner_slices`` (M, 2) [start, stop)
+    for multi-learner models, the recipe's named views (``view_names``,
+    ``view_slices``), and stats (``stat_names``, ``stat_values``):
+    ``num_parameters``, ``gflops`` (per test image) and the recipe's training summary.
     """
     checkpoint = load_checkpoint(checkpoint_path)
     run = checkpoint["run"]
-    model = build_recipe(run).build_model()
+    recipe = build_recipe(run)
+    model = recipe.build_model()
     model.load_state_dict(checkpoint["model"])
     device = resolve_device(run["training"]["device"])
+    model = model.to(device)
     data = load_run_data(run, manifest_path)
-    embeddings = compute_embeddings(model.to(device), data.test, run["training"]["eval_batch_size"], device)
+    embeddings = recipe.embed(model, data.test, run["training"]["eval_batch_size"], device)
     arrays: dict[str, np.ndarray] = {"embeddings": embeddings, "labels": data.test.labels}
     if set(data.test_split) != {"test"}:
         arrays["split"] = data.test_split.astype(str)
-    if model.learner_slices:
+    if getattr(model, "learner_slices", None):
         arrays["learner_slices"] = np.asarray(model.learner_slices, dtype=np.int64)
+    views = recipe.embedding_views(model)
+    if views:
+        arrays["view_names"] = np.asarray(list(views), dtype=str)
+        arrays["view_slices"] = np.asarray(list(views.values()), dtype=np.int64)
+    stats = {"num_parameters": float(count_parameters(model)),
+             "gflops": forward_gflops(model, run["training"]["image"]["test_crop"]),
+             **checkpoint.get("summary", {})}
+    arrays["stat_names"] = np.asarray(list(stats), dtype=str)
+    arrays["stat_values"] = np.asarray(list(stats.values()), dtype=np.float64)
     out_path = Path(out_path)
     write_npz(out_path, **arrays)
     return out_path

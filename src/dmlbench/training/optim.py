@@ -18,14 +18,18 @@ OPTIMIZERS = {
 
 
 def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Module) -> list[dict[str, Any]]:
-    """Three groups with their own learning rates: backbone (``lr``), head
-    (``lr × head_lr_multiplier``) and loss parameters such as proxies (``lr × loss_lr_multiplier``).
+    """Three groups with their own learning rates: the backbone (``model.backbone``, ``lr``), every
+    other parameter of the model, such as embedding heads and attention modules (``lr ×
+    head_lr_multiplier``), and loss parameters such as proxies (``lr × loss_lr_multiplier``).
     Frozen parameters are left out; empty groups are dropped.
     """
     lr = config["lr"]
+    backbone = list(model.backbone.parameters())
+    backbone_ids = {id(p) for p in backbone}
+    rest = [p for p in model.parameters() if id(p) not in backbone_ids]
     groups = [
-        {"name": "backbone", "params": list(model.backbone.parameters()), "lr": lr},
-        {"name": "head", "params": list(model.head.parameters()), "lr": lr * config.get("head_lr_multiplier", 1.0)},
+        {"name": "backbone", "params": backbone, "lr": lr},
+        {"name": "head", "params": rest, "lr": lr * config.get("head_lr_multiplier", 1.0)},
         {"name": "loss", "params": list(loss.parameters()), "lr": lr * config.get("loss_lr_multiplier", 1.0)},
     ]
     for group in groups:

@@ -33,10 +33,9 @@ from tqdm import tqdm
 
 from dmlbench.atomic import write_text_atomic
 from dmlbench.evaluation import recall_at_k
-from dmlbench.methods import Recipe, build_recipe
+from dmlbench.methods import Recipe, TrainContext, build_recipe
 from dmlbench.training.checkpoint import atomic_torch_save, config_digest, load_checkpoint
 from dmlbench.training.data import RunData, load_run_data
-from dmlbench.training.embedding import compute_embeddings
 from dmlbench.training.optim import build_optimizer, build_scheduler
 from dmlbench.training.seeding import derive_seed, seed_everything
 
@@ -64,12 +63,16 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _write_log(rows: list[dict[str, float]], path: Path) -> None:
-    """One row per epoch; a metric that was not computed (NaN) is an empty cell."""
-    write_text_atomic(path, pd.DataFrame(rows, columns=list(LOG_COLUMNS)).to_csv(index=False, lineterminator="\n"))
+    """One row per epoch: :data:`LOG_COLUMNS`, then the optional and recipe columns in the order
+    they first appear; a metric that was not computed (NaN) is an empty cell."""
+    extra = [key for row in rows for key in row if key not in LOG_COLUMNS]
+    columns = [*LOG_COLUMNS, *dict.fromkeys(extra)]
+    write_text_atomic(path, pd.DataFrame(rows, columns=columns).to_csv(index=False, lineterminator="\n"))
 
 
-def _recall1(model: nn.Module, dataset, split: np.ndarray | None, batch_size: int, device: torch.device) -> float:
-    embeddings = compute_embeddings(model, dataset, batch_size, device)
+def _recall1(recipe: Recipe, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
+             device: torch.device) -> float:
+    embeddings = recipe.embed(model, dataset, batch_size, device)
     query_gallery = split if split is not None and "query" in set(split) else None
     return recall_at_k(embeddings, dataset.labels, [1], split=query_gallery)[1]
 
@@ -113,6 +116,7 @@ class Trainer:
         self.best_epoch = 0
         self.best_state: dict[str, torch.Tensor] = {}
         self.start_epoch = 1
+        self.context = TrainContext(data=data, device=device, eval_batch_size=self.training["eval_batch_size"])
 
     # --- resume ---------------------------------------------------------------------------
     def _scratch_state(self, epoch: int) -> dict[str, Any]:
@@ -121,7 +125,7 @@ class Trainer:
             "loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "log": self.log, "best_score": self.best_score, "best_epoch": self.best_epoch,
-            "best_state": self.best_state,
+            "best_state": self.best_state, "recipe": self.recipe.state_dict(),
         }
 
     def try_resume(self) -> bool:
@@ -140,6 +144,7 @@ class Trainer:
         self.log = list(state["log"])
         self.best_score, self.best_epoch = state["best_score"], state["best_epoch"]
         self.best_state = state["best_state"]
+        self.recipe.load_state_dict(state.get("recipe", {}))
         self.start_epoch = state["epoch"] + 1
         tqdm.write(f"[dmlbench] resuming from {self.scratch} after epoch {state['epoch']}")
         return True
@@ -148,7 +153,7 @@ class Trainer:
     def _train_epoch(self, epoch: int) -> tuple[float, int]:
         seed = derive_seed(self.run["seed"], "epoch", epoch)
         seed_everything(seed)
-        self.recipe.on_epoch_start(epoch, self.model)
+        self.recipe.on_epoch_start(epoch, self.model, self.context)
         sampler = self.recipe.build_sampler(self.data.train.labels, torch.Generator().manual_seed(seed))
         loader = DataLoader(
             self.data.train, batch_sampler=sampler, num_workers=self.training["num_workers"],
@@ -160,10 +165,10 @@ class Trainer:
         bar = tqdm(loader, desc=f"epoch {epoch}/{self.training['epochs']}", disable=not self.progress,
                    leave=False, dynamic_ncols=True)
         started = time.perf_counter()
-        for step, (images, labels, _) in enumerate(bar, start=1):
+        for step, (images, labels, indices) in enumerate(bar, start=1):
             images, labels = images.to(self.device, non_blocking=True), labels.to(self.device)
             with torch.autocast(self.device.type, enabled=self.scaler.is_enabled()):
-                loss = self.recipe.training_loss(self.model, self.loss, images, labels)
+                loss = self.recipe.training_loss(self.model, self.loss, images, labels, indices)
             if not torch.isfinite(loss):
                 raise NonFiniteLossError(
                     f"{self.run['dataset']}/{self.run['method']}/seed{self.run['seed']}: loss is {loss.item()} "
@@ -179,6 +184,12 @@ class Trainer:
             bar.set_postfix(loss=f"{total / seen:.4f}", img_s=f"{seen / (time.perf_counter() - started):.0f}")
         self.scheduler.step()
         return total / max(seen, 1), seen
+
+    def _train_recall1(self, batch: int) -> float:
+        """R@1 on the training images with the test transform (``training.log_train_recall``), for
+        train-vs-test curves; the training rows are the same every epoch."""
+        clean = self.data.train.with_transform(self.data.test.transform)
+        return _recall1(self.recipe, self.model, clean, None, batch, self.device)
 
     def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:
         return {"val": val_r1, "test": test_r1, "last": float(epoch)}[self.selection]
@@ -198,11 +209,15 @@ class Trainer:
             started = time.perf_counter()
             mean_loss, seen = self._train_epoch(epoch)
             seconds = time.perf_counter() - started
-            val_r1 = _recall1(self.model, self.data.val, None, batch, self.device) if self.data.val else math.nan
-            test_r1 = (_recall1(self.model, self.data.test, self.data.test_split, batch, self.device)
-                       if self.selection == "test" else math.nan)
-            self.log.append({"epoch": epoch, "loss": mean_loss, "val_R@1": val_r1, "test_R@1": test_r1,
-                             "lr": lr, "seconds": seconds, "images_per_s": seen / seconds})
+            val_r1 = (_recall1(self.recipe, self.model, self.data.val, None, batch, self.device)
+                      if self.data.val else math.nan)
+            test_r1 = (_recall1(self.recipe, self.model, self.data.test, self.data.test_split, batch, self.device)
+                       if self.selection == "test" or self.training.get("log_test_recall") else math.nan)
+            row = {"epoch": epoch, "loss": mean_loss, "val_R@1": val_r1, "test_R@1": test_r1,
+                   "lr": lr, "seconds": seconds, "images_per_s": seen / seconds}
+            if self.training.get("log_train_recall"):
+                row["train_R@1"] = self._train_recall1(batch)
+            self.log.append({**row, **self.recipe.epoch_log()})
             score = self._score(val_r1, test_r1, epoch)
             if score > self.best_score:
                 self.best_score, self.best_epoch = score, epoch
@@ -222,6 +237,7 @@ class Trainer:
             "run": self.run, "digest": self.digest, "model": self.best_state, "loss": self.loss.state_dict(),
             "num_classes": self.data.num_classes, "selected_epoch": self.best_epoch,
             "selection": self.selection, "selection_score": self.best_score,
+            "summary": self.recipe.summary(),
         }, self.out_dir / "checkpoint.pt")
         self.scratch.unlink(missing_ok=True)
 

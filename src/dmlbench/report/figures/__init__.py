@@ -1,0 +1,59 @@
+"""Figures of the papers' experiments: ``figures.<name>`` in params → ``results/plots/<name>.png``.
+
+Each kind is a module with three functions:
+
+- ``check(config, spec, where)``: raise :class:`~dmlbench.config.ConfigError` naming the key;
+- ``inputs(config, spec)``: the workflow files it reads (paths relative to the project root);
+- ``render(config, spec, out_png)``: draw and write the PNG atomically.
+
+Common keys of every spec: ``kind``, ``dataset``, optional ``title`` and ``seeds``
+(default: the top-level ``seeds``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dmlbench.config import ConfigError, section
+
+#: kind → module implementing it.
+FIGURE_KINDS: dict[str, str] = {
+    "metric_vs_param": "dmlbench.report.figures.metric_vs_param",
+    "training_curves": "dmlbench.report.figures.training_curves",
+    "similarity_histogram": "dmlbench.report.figures.similarity_histogram",
+    "attention_maps": "dmlbench.report.figures.attention_maps",
+}
+
+
+def _kind_module(config: Mapping[str, Any], name: str, source: str = "params") -> Any:
+    spec = section(config, "figures", name)
+    kind = spec.get("kind")
+    if kind not in FIGURE_KINDS:
+        raise ConfigError(f"{source}: figures.{name}.kind = {kind!r} is unknown; known: {sorted(FIGURE_KINDS)}")
+    return importlib.import_module(FIGURE_KINDS[kind])
+
+
+def check_figure(config: Mapping[str, Any], name: str, source: str = "params") -> None:
+    """Validate ``figures.<name>`` (kind, dataset, methods it names, kind-specific keys)."""
+    spec = section(config, "figures", name)
+    if spec.get("dataset") not in config.get("datasets", {}):
+        raise ConfigError(f"{source}: figures.{name}.dataset = {spec.get('dataset')!r} is not defined under 'datasets'")
+    _kind_module(config, name, source).check(config, spec, f"{source}: figures.{name}")
+
+
+def figure_inputs(config: Mapping[str, Any], name: str) -> list[str]:
+    """Files ``figures.<name>`` reads (for the workflow rule's inputs)."""
+    return list(_kind_module(config, name).inputs(config, section(config, "figures", name)))
+
+
+def render_figure(config: Mapping[str, Any], name: str, out_png: str | Path) -> Path:
+    """Draw ``figures.<name>`` into ``out_png`` (atomically); returns the path."""
+    check_figure(config, name)
+    _kind_module(config, name).render(config, section(config, "figures", name), Path(out_png))
+    return Path(out_png)
+
+
+__all__ = ["FIGURE_KINDS", "check_figure", "figure_inputs", "render_figure"]

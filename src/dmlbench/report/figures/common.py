@@ -1,0 +1,50 @@
+"""Helpers shared by the figure kinds: seeds, run paths, method checks, labels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dmlbench.config import ConfigError, resolve_method
+
+RUNS_DIR = Path("results/runs")
+
+
+def figure_seeds(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[int]:
+    """The figure's ``seeds``, else the top-level ``seeds``."""
+    return [int(s) for s in spec.get("seeds", config["seeds"])]
+
+
+def run_file(dataset: str, method: str, seed: int, filename: str) -> str:
+    """``results/runs/<dataset>/<method>/seed<k>/<filename>`` (the workflow's layout)."""
+    return str(RUNS_DIR / dataset / method / f"seed{seed}" / filename)
+
+
+def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str) -> list[str]:
+    """Every name is a defined method; returns them as a list."""
+    methods = list(methods)
+    if not methods:
+        raise ConfigError(f"{where}: names no method")
+    unknown = [m for m in methods if m not in config.get("methods", {})]
+    if unknown:
+        raise ConfigError(f"{where}: methods {unknown} are not defined under 'methods'")
+    return methods
+
+
+def require(spec: Mapping[str, Any], keys: Iterable[str], where: str) -> None:
+    """Every key is present in the figure spec."""
+    missing = [key for key in keys if key not in spec]
+    if missing:
+        raise ConfigError(f"{where}: missing key(s) {missing}")
+
+
+def method_label(config: Mapping[str, Any], method: str) -> str:
+    """Display name of a method (its own or inherited ``label``, else the key)."""
+    return str(resolve_method(config, method).get("label", method))
+
+
+def title_of(config: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
+    """The figure title, else the dataset label."""
+    dataset = config["datasets"][spec["dataset"]]
+    return str(spec.get("title") or dataset.get("label", spec["dataset"]))

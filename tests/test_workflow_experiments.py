@@ -1,0 +1,56 @@
+"""Experiment tables and figures in the DAG: derived methods, table seeds, figure jobs and their tracked params."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from conftest import REPO
+
+SCRIPT = REPO / "workflow" / "scripts" / "make_dvc_yaml.py"
+
+OVERLAY = {
+    "methods": {"margin_wide": {"base": "margin", "label": "Margin, d=128", "training": {"embedding_dim": 128}}},
+    "tables": {"ablation": {"datasets": ["synthetic"], "methods": ["margin", "margin_wide"], "seeds": [0],
+                            "metrics": ["R@1", "num_parameters"]}},
+    "figures": {"ablation_dim": {"kind": "metric_vs_param", "dataset": "synthetic", "metric": "R@1",
+                                 "x_label": "d", "seeds": [0, 1],
+                                 "series": {"Margin": {"margin": 64, "margin_wide": 128}}}},
+}
+
+DUMP_JOBS = f"""
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {str(SCRIPT.parent)!r})
+import make_dvc_yaml as m
+jobs = m.snakemake_jobs(sys.argv[2:], [Path(sys.argv[1])])
+print(json.dumps([dict(rule=j.rule, wildcards=dict(j.wildcards), inputs=j.inputs, params=j.params) for j in jobs]))
+"""
+
+
+def jobs_for(tmp_path, *targets: str) -> list[dict]:
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump(OVERLAY))
+    out = subprocess.run([sys.executable, "-c", DUMP_JOBS, str(overlay), *targets], cwd=REPO,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_table_seeds_figure_inputs_and_inherited_params(tmp_path):
+    jobs = jobs_for(tmp_path, "results/tables/ablation.tex", "results/plots/ablation_dim.png")
+    trains = {(j["wildcards"]["method"], j["wildcards"]["seed"]) for j in jobs if j["rule"] == "train"}
+    assert trains == {("margin", "0"), ("margin_wide", "0"), ("margin", "1"), ("margin_wide", "1")}
+    figure = next(j for j in jobs if j["rule"] == "figure")
+    assert set(figure["inputs"]) == {f"results/runs/synthetic/{m}/seed{s}/metrics.json"
+                                     for m in ("margin", "margin_wide") for s in (0, 1)}
+    assert {"figures.ablation_dim", "methods.margin_wide.label", "methods.margin.label"} <= set(figure["params"])
+    report = next(j for j in jobs if j["rule"] == "report")
+    assert {i.split("/")[4] for i in report["inputs"]} == {"seed0"}  # the table's own seeds
+    train_wide = next(j for j in jobs if j["rule"] == "train" and j["wildcards"]["method"] == "margin_wide")
+    # the derived method's run depends on its own keys and on those of its base
+    assert {"methods.margin_wide.training", "methods.margin_wide.base", "methods.margin.loss",
+            "methods.margin.training"} <= set(train_wide["params"])
+    assert "methods.margin_wide.label" not in train_wide["params"]
