@@ -54,3 +54,17 @@ def test_table_seeds_figure_inputs_and_inherited_params(tmp_path):
     assert {"methods.margin_wide.training", "methods.margin_wide.base", "methods.margin.loss",
             "methods.margin.training"} <= set(train_wide["params"])
     assert "methods.margin_wide.label" not in train_wide["params"]
+
+
+def test_jobs_pass_params_yaml_first_and_overlays_after_it(tmp_path):
+    """The CLI merges --config files in order: overlays must come after params.yaml to win."""
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text("seeds: [0]\n")
+    second.write_text("seeds: [0]\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "results/runs/synthetic/margin/seed0/log.csv",
+         "--configfile", str(first), str(second)],
+        cwd=REPO, capture_output=True, text=True, check=True)
+    command = next(line for line in out.stdout.splitlines() if "dmlbench train" in line)
+    assert command.index("--config params.yaml") < command.index(f"--config {first}") < command.index(
+        f"--config {second}")

@@ -11,7 +11,11 @@ validate_config(config, source="snakemake config (params.yaml + overlays)")
 # Every rule calls the same CLI with the same parameter files Snakemake read, from the
 # environment that runs Snakemake (so `.venv/bin/snakemake` works without activating it).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-CONFIG_ARGS = " ".join(f"--config {path}" for path in workflow.configfiles)
+# Snakemake lists the Snakefile's `configfile:` (params.yaml) AFTER the --configfile overlays, but
+# overlays must win: pass params.yaml first, then the overlays in their command-line order.
+BASE_CONFIG = "params.yaml"
+OVERLAYS = [path for path in workflow.configfiles if Path(path).resolve() != Path(BASE_CONFIG).resolve()]
+CONFIG_ARGS = " ".join(f"--config {path}" for path in [BASE_CONFIG, *OVERLAYS])
 DMLBENCH = "dmlbench"
 RUN_DIR = "results/runs/{dataset}/{method}/seed{seed}"
 
