@@ -83,6 +83,9 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
         missing = [key for key in ("recipe", "loss") if key not in method]
         if missing:
             raise ConfigError(f"{source}: methods.{name} (with its bases) defines no {' or '.join(missing)}")
+        unknown = sorted(set(config["methods"][name].get("per_dataset", {})) - set(config.get("datasets", {})))
+        if unknown:
+            raise ConfigError(f"{source}: methods.{name}.per_dataset names {unknown}, which are not under 'datasets'")
         if "name" not in method["loss"]:
             raise ConfigError(f"{source}: methods.{name}.loss (with its bases) has no 'name'")
     for table_name, table in config.get("tables", {}).items():
@@ -142,16 +145,27 @@ def method_chain(config: Mapping[str, Any], method: str) -> list[str]:
     return chain
 
 
-def resolve_method(config: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """The method section merged over its bases (``base`` removed).
+def resolve_method(config: Mapping[str, Any], method: str, dataset: str | None = None) -> dict[str, Any]:
+    """The method section merged over its bases (``base`` and ``per_dataset`` removed).
+
+    With ``dataset``, each section's ``per_dataset.<dataset>`` is merged right after that section,
+    so a derived method's own settings still win over its base's per-dataset ones (an ablation
+    ``{base: mpn, options: {heads: 8}}`` keeps 8 heads on every dataset).
 
     >>> methods = {"a": {"recipe": "abe", "options": {"m": 8, "w": 1}}, "b": {"base": "a", "options": {"w": 0}}}
     >>> resolve_method({"methods": methods}, "b")
     {'recipe': 'abe', 'options': {'m': 8, 'w': 0}}
+    >>> methods["a"]["per_dataset"] = {"cub": {"options": {"m": 2, "w": 5}}}
+    >>> resolve_method({"methods": methods}, "b", "cub")
+    {'recipe': 'abe', 'options': {'m': 2, 'w': 0}}
     """
     merged: dict[str, Any] = {}
     for name in reversed(method_chain(config, method)):
-        merged = deep_merge(merged, config["methods"][name])
+        node = dict(config["methods"][name])
+        per_dataset = node.pop("per_dataset", {})
+        merged = deep_merge(merged, node)
+        if dataset is not None:
+            merged = deep_merge(merged, per_dataset.get(dataset, {}))
     merged.pop("base", None)
     return merged
 
@@ -162,9 +176,12 @@ def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int)
     Returns:
         ``{"dataset": name, "dataset_config": ..., "method": name, "method_config": ...,
         "training": merged training settings, "evaluation": ..., "seed": seed}``.
+
+    Precedence: ``training`` ← ``datasets.<d>.training`` ← the method's ``training`` with its
+    ``per_dataset.<d>.training`` (see :func:`resolve_method`); later wins.
     """
     dataset_config = section(config, "datasets", dataset)
-    method_config = resolve_method(config, method)
+    method_config = resolve_method(config, method, dataset)
     training = deep_merge(section(config, "training"), dataset_config.get("training", {}))
     training = deep_merge(training, method_config.get("training", {}))
     return {

@@ -4,7 +4,7 @@ import os
 import sys
 from pathlib import Path
 
-from dmlbench.config import method_chain, validate_config
+from dmlbench.config import method_chain, resolve_method, validate_config
 
 validate_config(config, source="snakemake config (params.yaml + overlays)")
 

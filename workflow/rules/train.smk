@@ -2,9 +2,17 @@
 # Resume checkpoints live under .scratch/ (not an output), so a killed job continues.
 
 
+def option_files(wildcards):
+    """Files named by the run's method options (keys ending in `_file`, e.g. D&C's class_groups_file):
+    inputs of the run, so editing one reruns it."""
+    options = resolve_method(config, wildcards.method, wildcards.dataset).get("options", {})
+    return [value for key, value in options.items() if key.endswith("_file") and value]
+
+
 rule train:
     input:
         "data/prepared/{dataset}",
+        option_files,
     output:
         checkpoint=f"{RUN_DIR}/checkpoint.pt",
         log=f"{RUN_DIR}/log.csv",

@@ -27,6 +27,7 @@ class RunData:
         val: validation images (test transform, original labels), or None when ``val_fraction`` is 0.
         test: evaluation images (test transform, original labels); its rows follow ``test_split``.
         test_split: (N_test,) split name of each test row ('test', or 'query'/'gallery').
+        train_classes: (C,) the manifest label of each training label 0..C-1.
     """
 
     train: ImageDataset
@@ -34,6 +35,7 @@ class RunData:
     val: ImageDataset | None
     test: ImageDataset
     test_split: np.ndarray
+    train_classes: np.ndarray
 
 
 def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
@@ -57,4 +59,5 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
             val_rows["path"].tolist(), val_rows["label"].to_numpy(), eval_transform(image), cache),
         test=ImageDataset(test_rows["path"].tolist(), test_rows["label"].to_numpy(), eval_transform(image)),
         test_split=test_rows["split"].to_numpy(),
+        train_classes=np.asarray(classes),
     )

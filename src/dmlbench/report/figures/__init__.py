@@ -25,6 +25,7 @@ FIGURE_KINDS: dict[str, str] = {
     "training_curves": "dmlbench.report.figures.training_curves",
     "similarity_histogram": "dmlbench.report.figures.similarity_histogram",
     "attention_maps": "dmlbench.report.figures.attention_maps",
+    "cluster_distances": "dmlbench.report.figures.cluster_distances",
 }
 
 
