@@ -175,3 +175,17 @@ def test_optimizer_puts_every_non_backbone_parameter_in_the_head_group(params):
     assert not head_ids & {id(p) for p in groups["backbone"]["params"]}
     total = sum(len(g["params"]) for g in groups.values())
     assert total == len([p for p in model.parameters() if p.requires_grad])
+
+
+def test_val_split_seed_seed_gives_one_class_split_per_run(params, tiny_manifest):
+    from dmlbench.training.data import load_run_data
+
+    def val_classes(seed: int, split_seed) -> set[int]:
+        run = tiny_run(params, "triplet", seed=seed)
+        run["training"].update(val_fraction=0.5, val_split_seed=split_seed)
+        return set(load_run_data(run, tiny_manifest).val.labels.tolist())
+
+    assert val_classes(0, 0) == val_classes(1, 0)
+    per_run = [val_classes(s, "seed") for s in range(4)]
+    assert per_run[0] == val_classes(0, 0)  # 'seed' with seed 0 is split seed 0
+    assert len({frozenset(c) for c in per_run}) > 1

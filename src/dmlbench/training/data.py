@@ -38,11 +38,23 @@ class RunData:
     train_classes: np.ndarray
 
 
+def split_seed(run: Mapping[str, Any]) -> int:
+    """Seed of the class-disjoint validation split: ``training.val_split_seed``, or the run's seed
+    when it is the string ``seed`` (one random class split per run, as DIABLO's §4.2 protocol:
+    a table's mean ± std over seeds is then a mean ± std over splits).
+
+    >>> split_seed({"seed": 3, "training": {"val_split_seed": "seed"}}), split_seed({"seed": 3, "training": {"val_split_seed": 0}})
+    (3, 0)
+    """
+    value = run["training"]["val_split_seed"]
+    return int(run["seed"]) if value == "seed" else int(value)
+
+
 def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     """Read the manifest, carve the validation classes and build the three datasets."""
     training = run["training"]
     frame = read_manifest(manifest_path)
-    frame = carve_validation(frame, training["val_fraction"], seed=training["val_split_seed"])
+    frame = carve_validation(frame, training["val_fraction"], seed=split_seed(run))
     train_rows = select_splits(frame, ["train"])
     if train_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'train' rows")
