@@ -9,9 +9,10 @@ method is a new recipe, not a new trainer.
 Contract of the model a recipe builds (:meth:`Recipe.build_model`):
 
 - an ``nn.Module`` with a ``backbone`` attribute (a
-  :class:`~dmlbench.models.backbones.StagedBackbone`; its parameters form the
-  optimiser's ``backbone`` group, every other parameter of the model the
-  ``head`` group);
+  :class:`~dmlbench.models.backbones.StagedBackbone`, or an ``nn.ModuleList`` of
+  them for models with one backbone per branch, e.g. DeML's scales; its
+  parameters form the optimiser's ``backbone`` group, every other parameter of
+  the model the ``head`` group);
 - ``forward(images)``: (B, 3, H, W) RGB in [0, 1] → (B, d) float embeddings,
   unit-norm rows, or unit-norm per learner slice for multi-learner models;
 - ``learner_slices``: None, or the [start, stop) column range of each learner

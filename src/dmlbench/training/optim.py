@@ -18,7 +18,8 @@ OPTIMIZERS = {
 
 
 def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Module) -> list[dict[str, Any]]:
-    """Three groups with their own learning rates: the backbone (``model.backbone``, ``lr``), every
+    """Three groups with their own learning rates: the backbone (``model.backbone``, one
+    StagedBackbone or a ModuleList of them, ``lr``), every
     other parameter of the model, such as embedding heads and attention modules (``lr ×
     head_lr_multiplier``), and loss parameters such as proxies (``lr × loss_lr_multiplier``).
     Frozen parameters are left out; empty groups are dropped.

@@ -1,0 +1,323 @@
+"""DeML's attention modules (Chen & Deng, ICCV 2019, §3.1–3.2): CAM, the random-walk OAM and crop-and-zoom.
+
+- :class:`ChannelAttention` (CAM, §3.2): spatial average pooling → FC C→64 → ReLU →
+  FC 64→C → sigmoid → per-channel re-weighting of the feature map (a squeeze-excitation
+  block). ``pooled=False`` is the authors' Caffe variant: the two FCs are 1×1 convolutions
+  applied at every position (no pooling), so the weights vary over space.
+- The object-attention module (OAM, §3.1, Eq. 2–3) is parameter-free and runs without
+  gradient: a fully connected graph over the H·W positions of a feature map with edge
+  weights ‖u_a − u_b‖ (:func:`transition_matrix`), out-edges normalised to 1, and T
+  random-walk steps from the uniform mass (:func:`random_walk_saliency`). The mass
+  gathers where features differ from the rest (the object). :func:`object_saliency`
+  resizes the maps of several layers to the image and averages them;
+  :func:`attention_box` turns the average into a box and :func:`crop_and_zoom` resamples
+  the box to the next scale's input.
+
+Reading of Eq. 3 ("M ← D × M" with D row-normalised): taken literally, a row-stochastic D
+times M only averages M, which converges to a constant map. The text describes mass
+that nodes "receive and diffuse via the inbound and outbound edges", i.e. a random walk
+whose mass at b is Σ_a M_a D_ab = (Dᵀ M)_b; that is what the authors' code computes
+(it normalises the symmetric weight matrix by columns and multiplies). We do the same.
+With symmetric weights the walk's stationary distribution is proportional to each
+node's total edge weight, which the T = 10 steps approach (tests compare it with the
+eigenvector of eigenvalue 1). The paper's "ergodic because strongly connected" also needs
+aperiodicity: a map with two feature values (flat object on flat background) has no edges
+inside either group, the walk alternates between them and an even T returns the uniform
+map. Real feature maps are not two-valued; we keep the published T steps.
+
+Box rule: the paper gives none, so both variants use the authors' ``ProposalCrop`` rule —
+threshold the averaged map at its mean, take the bounding box of the largest 8-connected
+region above it (by pixel count; the code uses OpenCV's external-contour area), make it
+square around its centre with the side (w + h) / 2 and clip it to the image. (The box of
+*all* above-mean positions spans the whole image as soon as the map is diffuse.)
+
+Variants (``oam_variant``): ``paper`` averages the min-max-scaled maps of all given layers
+and of all CAM branches for layers after the CAMs. ``code`` follows ``ProposalCrop``: edge
+weights multiplied by a Gaussian of the spatial distance (σ = 0.15 × the map side) and the
+first CAM branch only (its ``slice_att1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+#: σ of the Gaussian spatial weighting of the authors' code, as a fraction of the map side.
+CODE_GAUSSIAN_SIGMA = 0.15
+
+
+class ChannelAttention(nn.Module):
+    """Channel-attention module: ``U ⊙ σ(W2 δ(W1 Ψ(U)))`` (DeML §3.2).
+
+    Args:
+        channels: C of the input map.
+        hidden: width of the bottleneck (64 in the paper).
+        pooled: True: Ψ = spatial average pooling, one weight per channel (paper);
+            False: per-position 1×1 convolutions without pooling (authors' code).
+
+    ``forward``: (B, C, H, W) → (B, C, H, W), the re-weighted map.
+    """
+
+    def __init__(self, channels: int, hidden: int = 64, pooled: bool = True):
+        super().__init__()
+        self.pooled = pooled
+        self.reduce = nn.Conv2d(channels, hidden, 1)
+        self.expand = nn.Conv2d(hidden, channels, 1)
+
+    def weights(self, features: Tensor) -> Tensor:
+        """Channel weights in (0, 1): (B, C, 1, 1) (pooled) or (B, C, H, W) (per position)."""
+        squeezed = features.mean(dim=(2, 3), keepdim=True) if self.pooled else features
+        return torch.sigmoid(self.expand(F.relu(self.reduce(squeezed))))
+
+    def forward(self, features: Tensor) -> Tensor:
+        return features * self.weights(features)
+
+
+def _grid_squared_distances(height: int, width: int, device: torch.device) -> Tensor:
+    """(H·W, H·W) squared distances between the grid positions (row-major), in cells."""
+    rows, cols = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device),
+                                indexing="ij")
+    points = torch.stack([rows.flatten(), cols.flatten()], dim=1).float()
+    return (points[:, None, :] - points[None, :, :]).pow(2).sum(-1)
+
+
+def transition_matrix(features: Tensor, gaussian_sigma: float = 0.0) -> Tensor:
+    """Row-stochastic transition matrices of the OAM graphs (DeML Eq. 2, out-edges normalised).
+
+    Args:
+        features: (B, C, H, W) feature maps.
+        gaussian_sigma: 0 (paper): edge weight ‖u_a − u_b‖; > 0 (authors' code): times
+            exp(−dist² / (2 s²)) with s = gaussian_sigma × max(H, W) cells.
+
+    Returns:
+        (B, N, N) float32, N = H·W; entry [a, b] is the probability of stepping from a to b.
+        A map whose positions all have the same feature (every weight 0) gets the uniform
+        matrix.
+    """
+    b, _, h, w = features.shape
+    u = features.detach().float().flatten(2).transpose(1, 2)  # (B, N, C)
+    squared_norms = u.pow(2).sum(-1)
+    d2 = torch.baddbmm(squared_norms[:, :, None] + squared_norms[:, None, :], u, u.transpose(1, 2), alpha=-2.0)
+    eye = torch.eye(h * w, dtype=torch.bool, device=u.device)
+    weights = d2.clamp_min(0.0).masked_fill(eye, 0.0).sqrt()
+    if gaussian_sigma > 0:
+        side = gaussian_sigma * max(h, w)
+        weights = weights * torch.exp(-_grid_squared_distances(h, w, u.device) / (2 * side * side))
+    totals = weights.sum(-1, keepdim=True)
+    uniform = torch.full_like(weights, 1.0 / (h * w))
+    return torch.where(totals > 0, weights / totals.clamp_min(torch.finfo(weights.dtype).tiny), uniform)
+
+
+def random_walk_saliency(features: Tensor, iterations: int = 10, gaussian_sigma: float = 0.0) -> Tensor:
+    """Object-attention proposal M of each map (DeML Eq. 3): T walk steps from uniform mass.
+
+    Args:
+        features: (B, C, H, W).
+        iterations: T ≥ 1 (10 in the paper).
+        gaussian_sigma: see :func:`transition_matrix`.
+
+    Returns:
+        (B, H, W) float32 mass, non-negative, summing to 1 per map.
+    """
+    if iterations < 1:
+        raise ValueError(f"the random walk needs at least 1 iteration, got {iterations}")
+    b, _, h, w = features.shape
+    transition = transition_matrix(features, gaussian_sigma)
+    mass = torch.full((b, 1, h * w), 1.0 / (h * w), device=transition.device)
+    for _ in range(iterations):
+        mass = torch.bmm(mass, transition)  # mass at b = Σ_a mass_a P[a, b]
+    return mass.view(b, h, w)
+
+
+def minmax_scale(maps: Tensor) -> Tensor:
+    """Each (h, w) map of a (..., h, w) tensor scaled to [0, 1]; a constant map becomes 0."""
+    flat = maps.flatten(-2)
+    low, high = flat.amin(-1, keepdim=True), flat.amax(-1, keepdim=True)
+    scaled = (flat - low) / (high - low).clamp_min(torch.finfo(flat.dtype).tiny)
+    return torch.where(high > low, scaled, torch.zeros_like(scaled)).view_as(maps)
+
+
+def object_saliency(feature_maps: Sequence[Tensor], size: tuple[int, int], iterations: int = 10,
+                    gaussian_sigma: float = 0.0) -> Tensor:
+    """The final object-attention proposal: walk each map, scale to [0, 1], resize, average.
+
+    Args:
+        feature_maps: tensors (K, B, C, h, w), K maps per image each (e.g. one per CAM branch);
+            the layers may have different sizes.
+        size: (H, W) of the image.
+        iterations, gaussian_sigma: of :func:`random_walk_saliency`.
+
+    Returns:
+        (B, H, W) float32 in [0, 1] (all zero where every map is constant).
+    """
+    total = None
+    count = 0
+    for maps in feature_maps:
+        k, b = maps.shape[:2]
+        mass = random_walk_saliency(maps.flatten(0, 1), iterations, gaussian_sigma)
+        summed = minmax_scale(mass).view(k, b, *mass.shape[1:]).sum(0)  # resizing is linear: sum first
+        resized = F.interpolate(summed[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
+        total = resized if total is None else total + resized
+        count += k
+    if total is None:
+        raise ValueError("object_saliency needs at least one feature map")
+    return (total / count).clamp(0.0, 1.0)
+
+
+def connected_components(mask: Tensor) -> Tensor:
+    """Labels of the 8-connected regions of boolean maps, batched (label propagation by max-pooling).
+
+    Args:
+        mask: (B, H, W) bool.
+
+    Returns:
+        (B, H, W) int64: 0 outside the mask; inside, each region carries the largest
+        1-based row-major position index among its pixels (labels differ between regions).
+    """
+    b, h, w = mask.shape
+    positions = torch.arange(1, h * w + 1, device=mask.device, dtype=torch.float32).view(1, h, w)
+    inside = mask.float()
+    labels = positions * inside
+    while True:
+        for _ in range(8):
+            labels = F.max_pool2d(labels[:, None], 3, stride=1, padding=1)[:, 0] * inside
+        grown = F.max_pool2d(labels[:, None], 3, stride=1, padding=1)[:, 0] * inside
+        if torch.equal(grown, labels):
+            return labels.long()
+        labels = grown
+
+
+def largest_component(mask: Tensor) -> Tensor:
+    """The largest 8-connected region (by pixel count) of each boolean map (B, H, W) → bool (B, H, W).
+
+    Ties go to the region with the larger label; an empty map stays empty.
+    """
+    b, h, w = mask.shape
+    labels = connected_components(mask)
+    offsets = torch.arange(b, device=mask.device)[:, None] * (h * w + 1)
+    counts = torch.bincount((labels.flatten(1) + offsets).flatten(), minlength=b * (h * w + 1))
+    counts = counts.view(b, h * w + 1)
+    counts[:, 0] = 0
+    best = counts.argmax(1)
+    return (labels == best[:, None, None]) & mask
+
+
+def mask_box(mask: Tensor) -> Tensor:
+    """Bounding boxes (B, 4) = (x0, y0, x1, y1) in pixels, end exclusive, of boolean maps (B, H, W).
+
+    An empty map gives the whole image.
+    """
+    b, h, w = mask.shape
+    rows, cols = mask.any(2), mask.any(1)
+    grid_y = torch.arange(h, device=mask.device).expand(b, h)
+    grid_x = torch.arange(w, device=mask.device).expand(b, w)
+    y0 = torch.where(rows, grid_y, h).amin(1)
+    y1 = torch.where(rows, grid_y, -1).amax(1) + 1
+    x0 = torch.where(cols, grid_x, w).amin(1)
+    x1 = torch.where(cols, grid_x, -1).amax(1) + 1
+    boxes = torch.stack([x0, y0, x1, y1], dim=1).float()
+    full = torch.tensor([0.0, 0.0, float(w), float(h)], device=mask.device).expand(b, 4)
+    return torch.where(mask.flatten(1).any(1, keepdim=True), boxes, full)
+
+
+def square_box(boxes: Tensor, size: tuple[int, int]) -> Tensor:
+    """Boxes made square around their centre with side (w + h) / 2, then clipped to the image.
+
+    As the authors' code: ``x += round((w − h) / 4)``, ``y += round((h − w) / 4)``,
+    ``side = round((w + h) / 2)``, intersect with the image (rounding half away from zero).
+    """
+    x0, y0, x1, y1 = boxes.unbind(1)
+    w, h = x1 - x0, y1 - y0
+
+    def round_half_away(v: Tensor) -> Tensor:
+        return torch.sign(v) * torch.floor(v.abs() + 0.5)
+
+    nx0, ny0 = x0 + round_half_away((w - h) / 4), y0 + round_half_away((h - w) / 4)
+    side = round_half_away((w + h) / 2)
+    height, width = size
+    return torch.stack([nx0.clamp(0, width), ny0.clamp(0, height),
+                        (nx0 + side).clamp(0, width), (ny0 + side).clamp(0, height)], dim=1)
+
+
+def attention_box(saliency: Tensor) -> Tensor:
+    """The object box of saliency maps (B, H, W) → (B, 4) (x0, y0, x1, y1) pixels, end exclusive.
+
+    The positions strictly above each map's mean; the bounding box of their largest
+    8-connected region, made square (:func:`square_box`). A constant map gives the whole image.
+    """
+    mask = saliency > saliency.mean(dim=(1, 2), keepdim=True)
+    boxes = square_box(mask_box(largest_component(mask)), tuple(saliency.shape[1:]))
+    constant = ~mask.flatten(1).any(1, keepdim=True)
+    full = torch.tensor([0.0, 0.0, saliency.shape[2], saliency.shape[1]], device=saliency.device)
+    return torch.where(constant, full.expand_as(boxes), boxes)
+
+
+def _affine(boxes: Tensor, size: tuple[int, int]) -> Tensor:
+    """(B, 2, 3) matrices mapping output grid coordinates in [-1, 1] to the boxes' source coordinates."""
+    height, width = size
+    x0, y0, x1, y1 = boxes.float().unbind(1)
+    zeros = torch.zeros_like(x0)
+    return torch.stack([
+        torch.stack([(x1 - x0) / width, zeros, (x0 + x1) / width - 1], dim=1),
+        torch.stack([zeros, (y1 - y0) / height, (y0 + y1) / height - 1], dim=1),
+    ], dim=1)
+
+
+def crop_and_zoom(images: Tensor, boxes: Tensor, size: tuple[int, int] | None = None) -> Tensor:
+    """Crop each box and resize it (bilinear) to ``size`` — the ⊙ operation of DeML Fig. 2.
+
+    Args:
+        images: (B, C, H, W).
+        boxes: (B, 4) (x0, y0, x1, y1) in pixels of ``images``, end exclusive.
+        size: output (h, w); default the input size.
+
+    Returns:
+        (B, C, h, w); output pixel centres sample the box uniformly (``align_corners=False``).
+    """
+    out = tuple(size or images.shape[-2:])
+    grid = F.affine_grid(_affine(boxes, tuple(images.shape[-2:])).to(images.dtype),
+                         [images.shape[0], images.shape[1], *out], align_corners=False)
+    return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def compose_boxes(outer: Tensor, inner: Tensor, crop_size: tuple[int, int]) -> Tensor:
+    """Boxes ``inner`` given in the pixels of crops of size ``crop_size`` taken from ``outer`` boxes,
+    expressed in the pixels of the original image. (B, 4) each."""
+    height, width = crop_size
+    ox0, oy0, ox1, oy1 = outer.unbind(1)
+    sx, sy = (ox1 - ox0) / width, (oy1 - oy0) / height
+    ix0, iy0, ix1, iy1 = inner.unbind(1)
+    return torch.stack([ox0 + ix0 * sx, oy0 + iy0 * sy, ox0 + ix1 * sx, oy0 + iy1 * sy], dim=1)
+
+
+def paste_into_image(maps: Tensor, boxes: Tensor, size: tuple[int, int]) -> Tensor:
+    """Maps (B, h, w) defined on crops placed back at their ``boxes`` in an image of ``size``; 0 outside.
+
+    The inverse of :func:`crop_and_zoom`, for drawing a later scale's saliency on the original image.
+    """
+    height, width = size
+    x0, y0, x1, y1 = boxes.float().unbind(1)
+    bw, bh = (x1 - x0).clamp_min(1e-6), (y1 - y0).clamp_min(1e-6)
+    # Output (original image) grid coordinate g ∈ [-1, 1] ↔ pixel p = (g + 1) W / 2; inside the crop
+    # its normalised coordinate is 2 (p − x0) / bw − 1.
+    zeros = torch.zeros_like(x0)
+    theta = torch.stack([
+        torch.stack([width / bw, zeros, (width - 2 * x0) / bw - 1], dim=1),
+        torch.stack([zeros, height / bh, (height - 2 * y0) / bh - 1], dim=1),
+    ], dim=1)
+    grid = F.affine_grid(theta.to(maps.dtype), [maps.shape[0], 1, height, width], align_corners=False)
+    return F.grid_sample(maps[:, None], grid, mode="bilinear", padding_mode="zeros", align_corners=False)[:, 0]
+
+
+def box_mask(boxes: Tensor, size: tuple[int, int]) -> Tensor:
+    """(B, H, W) float maps: 1 on the pixels whose centre lies inside the box, else 0."""
+    height, width = size
+    ys = torch.arange(height, device=boxes.device).float() + 0.5
+    xs = torch.arange(width, device=boxes.device).float() + 0.5
+    x0, y0, x1, y1 = (v[:, None] for v in boxes.float().unbind(1))
+    inside_y = (ys[None] >= y0) & (ys[None] < y1)
+    inside_x = (xs[None] >= x0) & (xs[None] < x1)
+    return (inside_y[:, :, None] & inside_x[:, None, :]).float()
