@@ -1,0 +1,244 @@
+"""ABE — attention-based ensemble (Kim, Goyal, Chawla, Hwang & Kwon, ECCV 2018) and its M-heads baseline.
+
+One recipe (``recipe: abe``) for both architectures of the paper's Fig. 1
+(:mod:`dmlbench.models.abe`): ``architecture: abe`` (ABE-M, Eq. 7) or ``heads`` (M-heads).
+Training objective (Eq. 8–10, :mod:`dmlbench.losses.abe_divergence`): the metric loss of
+``methods.<m>.loss`` (the paper: contrastive, margin m_c = 1) on each learner's embedding, summed
+over learners, plus ``divergence_weight`` × the divergence loss between the learners' embeddings
+of the same image (margin ``divergence_margin``).
+
+Batches (``batches``):
+
+- ``pairs`` (the paper, §4, default): ``pair_anchors`` images drawn at random, then a positive
+  partner (another image of the same class) for the first half of them and a negative partner
+  (an image of another class) for the second half: 2 × ``pair_anchors`` images (64 in the
+  paper). The metric loss sees only the designated (anchor, partner) pairs, as a siamese
+  contrastive set-up does; the divergence loss sees every image.
+- ``class_balanced``: P × K batches of ``training.sampler`` (what unofficial ports use); the metric
+  loss sees every pair of the batch.
+
+Both honour ``training.sampler.batches_per_epoch`` (default: as many images per epoch as the
+training split holds).
+
+Cut points are backbone stage names: ``branch_after`` (S ends there; GoogLeNet ``pool3``) and
+``attention_until`` (the attention trunk C copies the stages after ``branch_after`` through it;
+GoogLeNet ``inception4e``). Defaults fit the embedded ``small_cnn``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Sampler
+
+from dmlbench.losses import build_loss
+from dmlbench.evaluation.evaluate import self_pair_similarity
+from dmlbench.losses.abe_divergence import ABELoss
+from dmlbench.methods.base import Recipe, TrainContext
+from dmlbench.models.abe import AttentionEnsemble, HeadsEnsemble
+from dmlbench.models.backbones import build_backbone
+
+
+@dataclass(frozen=True)
+class ABEOptions:
+    """``methods.<m>.options`` of ``recipe: abe``.
+
+    Attributes:
+        architecture: ``abe`` (ABE-M: shared G, per-learner attention masks) or ``heads`` (M-heads:
+            M separate copies of the stages after ``branch_after``).
+        learners: M ≥ 1, number of learners; each gets ``training.embedding_dim`` / M dimensions.
+        branch_after: backbone stage ending the shared spatial extractor S (GoogLeNet: ``pool3``).
+        attention_until: last backbone stage copied into the attention trunk C (GoogLeNet:
+            ``inception4e``, i.e. inception 4a–4e); equal to ``branch_after`` for no trunk (the masks
+            come from S(x) directly). ``abe`` only.
+        embedding_layer: ``shared`` (Eq. 7: one final linear layer in G for all learners) or
+            ``per_learner`` (one per learner). ``abe`` only; M-heads always have one per head.
+        divergence_weight: λ_div ≥ 0 of Eq. 8 (0: no divergence loss).
+        divergence_margin: m_div > 0 of Eq. 9, on the squared Euclidean distance.
+        batches: ``pairs`` (the paper's anchor + partner batches) or ``class_balanced``
+            (``training.sampler``'s P × K).
+        pair_anchors: anchors per pair batch (even, ≥ 2; batch size 2 × this; the paper: 32 → 64).
+    """
+
+    architecture: Literal["abe", "heads"] = "abe"
+    learners: int = 8
+    branch_after: str = "stage2"
+    attention_until: str = "stage3"
+    embedding_layer: Literal["shared", "per_learner"] = "shared"
+    divergence_weight: float = 1.0
+    divergence_margin: float = 1.0
+    batches: Literal["pairs", "class_balanced"] = "pairs"
+    pair_anchors: int = 32
+
+    def __post_init__(self) -> None:
+        if self.learners < 1:
+            raise ValueError(f"learners must be ≥ 1, got {self.learners}")
+        if self.divergence_weight < 0:
+            raise ValueError(f"divergence_weight must be ≥ 0, got {self.divergence_weight}")
+        if self.divergence_margin <= 0:
+            raise ValueError(f"divergence_margin must be > 0, got {self.divergence_margin}")
+        if self.pair_anchors < 2 or self.pair_anchors % 2:
+            raise ValueError(f"pair_anchors must be even and ≥ 2 (half positive, half negative), got {self.pair_anchors}")
+
+
+class PairBatchSampler(Sampler[list[int]]):
+    """The paper's batches (§4): n anchors, a positive partner for the first n/2, a negative for the rest.
+
+    A batch is ``[a_1 … a_n, b_1 … b_n]`` with b_i the partner of a_i. Anchors are taken in turn
+    from random permutations of all training rows; a positive partner is another row of the
+    anchor's class (uniformly), a negative partner a row of any other class (uniformly over rows).
+
+    Args:
+        labels: (N,) training labels; every class needs ≥ 2 rows and there must be ≥ 2 classes.
+        anchors: n, even.
+        generator: the epoch's RNG (every draw comes from it).
+        num_batches: batches per epoch (default N // (2n), at least 1).
+
+    >>> labels = np.repeat(np.arange(3), 2)
+    >>> batch = next(iter(PairBatchSampler(labels, 2, torch.Generator().manual_seed(0))))
+    >>> len(batch), labels[batch[0]] == labels[batch[2]], labels[batch[1]] != labels[batch[3]]
+    (4, True, True)
+    """
+
+    def __init__(self, labels: np.ndarray, anchors: int, generator: torch.Generator, num_batches: int | None = None):
+        labels = np.asarray(labels)
+        classes, counts = np.unique(labels, return_counts=True)
+        if len(classes) < 2 or counts.min() < 2:
+            raise ValueError(
+                "methods.<m>.options.batches = 'pairs' needs ≥ 2 training classes with ≥ 2 images each, got "
+                f"{len(classes)} classes, the smallest with {counts.min()} image(s); use batches: class_balanced"
+            )
+        self.labels = labels
+        self.order = np.argsort(labels, kind="stable")  # rows grouped by class
+        self.class_index = np.searchsorted(classes, labels)  # (N,) class position of each row
+        self.starts = np.concatenate([[0], np.cumsum(counts)[:-1]])  # first position of each class in `order`
+        self.counts = counts
+        self.position = np.empty(len(labels), dtype=np.int64)  # position of each row within its class
+        self.position[self.order] = np.arange(len(labels)) - np.repeat(self.starts, counts)
+        self.anchors = anchors
+        self.generator = generator
+        self.num_batches = num_batches or max(1, len(labels) // (2 * anchors))
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def _anchor_stream(self) -> Iterator[int]:
+        while True:
+            yield from torch.randperm(len(self.labels), generator=self.generator).tolist()
+
+    def _uniform(self, high: np.ndarray) -> np.ndarray:
+        """One integer in [0, high_i) per entry, from the generator."""
+        draws = torch.rand(len(high), generator=self.generator, dtype=torch.float64).numpy()
+        return np.minimum((draws * high).astype(np.int64), high - 1)
+
+    def partners(self, anchors: np.ndarray) -> np.ndarray:
+        """Positive partners for the first half of ``anchors`` (rows), negative ones for the second."""
+        half = len(anchors) // 2
+        cls = self.class_index[anchors]
+        # positive: another position of the same class (skip the anchor's own position)
+        positive = self._uniform(self.counts[cls[:half]] - 1)
+        positive += positive >= self.position[anchors[:half]]
+        positive_rows = self.order[self.starts[cls[:half]] + positive]
+        # negative: a position outside the anchor's class block of `order`
+        negative = self._uniform(len(self.labels) - self.counts[cls[half:]])
+        negative += np.where(negative >= self.starts[cls[half:]], self.counts[cls[half:]], 0)
+        negative_rows = self.order[negative]
+        return np.concatenate([positive_rows, negative_rows])
+
+    def __iter__(self) -> Iterator[list[int]]:
+        stream = self._anchor_stream()
+        for _ in range(self.num_batches):
+            anchors = np.array([next(stream) for _ in range(self.anchors)], dtype=np.int64)
+            yield [*anchors.tolist(), *self.partners(anchors).tolist()]
+
+
+class ABERecipe(Recipe):
+    """ABE-M / M-heads with per-learner metric loss + divergence loss (see the module docstring)."""
+
+    options_class = ABEOptions
+
+    def __init__(self, run: Mapping[str, Any]):
+        super().__init__(run)
+        self.where = f"methods.{run.get('method', '?')}.options"
+        dim, learners = self.training["embedding_dim"], self.options.learners
+        if dim % learners:
+            raise ValueError(
+                f"training.embedding_dim = {dim} is not divisible by {self.where}.learners = {learners}: "
+                f"each learner gets embedding_dim / learners dimensions"
+            )
+        self.learner_dim = dim // learners
+        self._sums: dict[str, float] = {}
+        self._batches = 0
+
+    # --- model, loss, batches -------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        """:class:`AttentionEnsemble` or :class:`HeadsEnsemble` over ``training.backbone``."""
+        o = self.options
+        backbone = build_backbone(self.training["backbone"])
+        freeze_bn = self.training["backbone"].get("freeze_bn", False)
+        for key in ("branch_after", "attention_until"):
+            if getattr(o, key) not in backbone.stage_names:
+                raise ValueError(f"{self.where}.{key} = {getattr(o, key)!r} is not a stage of "
+                                 f"{self.training['backbone']['name']}: {list(backbone.stage_names)}")
+        try:
+            if o.architecture == "heads":
+                return HeadsEnsemble(backbone, o.learners, self.learner_dim, o.branch_after, freeze_bn)
+            return AttentionEnsemble(backbone, o.learners, self.learner_dim, o.branch_after, o.attention_until,
+                                     shared_embedding=o.embedding_layer == "shared", freeze_bn=freeze_bn)
+        except ValueError as err:
+            raise ValueError(f"{self.where}: {err}") from err
+
+    def build_loss(self, num_classes: int) -> ABELoss:
+        """Per-learner ``methods.<m>.loss`` + λ_div × divergence (:class:`ABELoss`)."""
+        o = self.options
+        metric = build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=self.learner_dim)
+        slices = [(m * self.learner_dim, (m + 1) * self.learner_dim) for m in range(o.learners)]
+        try:
+            return ABELoss(metric, slices, divergence_weight=o.divergence_weight,
+                           divergence_margin=o.divergence_margin,
+                           pairs="partners" if o.batches == "pairs" else "all")
+        except ValueError as err:
+            raise ValueError(f"methods.{self.run.get('method', '?')}: {err}") from err
+
+    def build_sampler(self, labels: np.ndarray, generator: torch.Generator) -> Iterable[list[int]]:
+        if self.options.batches == "class_balanced":
+            return super().build_sampler(labels, generator)
+        return PairBatchSampler(labels, self.options.pair_anchors, generator,
+                                num_batches=self.training["sampler"].get("batches_per_epoch"))
+
+    def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                      indices: torch.Tensor) -> torch.Tensor:
+        embeddings = model(images)
+        value = loss(embeddings, labels)
+        terms = dict(loss.last_terms)
+        if self.options.learners > 1:
+            terms["self_similarity"] = self_pair_similarity(embeddings.detach().float().cpu().numpy(),
+                                                            model.learner_slices)
+        for key, term in terms.items():
+            self._sums[key] = self._sums.get(key, 0.0) + float(term)
+        self._batches += 1
+        return value
+
+    # --- epoch hooks ----------------------------------------------------------------------
+    def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
+        self._sums, self._batches = {}, 0
+
+    def epoch_log(self) -> dict[str, float]:
+        """Means over the epoch's batches: ``metric_loss`` (Σ_m L_metric,(m)), ``divergence_loss``
+        (L_div before weighting) and, for M ≥ 2, ``train_self_similarity`` (mean cosine of self pairs)."""
+        names = {"metric": "metric_loss", "divergence": "divergence_loss", "self_similarity": "train_self_similarity"}
+        return {names[k]: v / max(self._batches, 1) for k, v in self._sums.items()}
+
+    # --- test time ------------------------------------------------------------------------
+    def attention_maps(self, model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``learner{m}`` → (B, H, W): learner m's mask averaged over channels, resized to the image."""
+        if not isinstance(model, AttentionEnsemble):
+            return super().attention_maps(model, images)
+        device = next(model.parameters()).device
+        maps = model.attention_maps(images.to(device)).cpu()
+        return {f"learner{m}": maps[m] for m in range(len(maps))}

@@ -1,0 +1,212 @@
+"""ABE-M and the M-heads ensemble (Kim et al., "Attention-based Ensemble for Deep Metric Learning",
+ECCV 2018, Fig. 1, Eq. 7), built from the named stages of a :class:`StagedBackbone`.
+
+Both split the backbone after stage ``branch_after``: S = the stages up to and including it
+(the "spatial feature extractor", shared by all learners), the rest (``… pool``) is the global
+feature embedding function G.
+
+**ABE-M** (:class:`AttentionEnsemble`, Fig. 1b, Eq. 7 and §4):
+
+    B_m(x) = L2( W · G(S(x) ∘ A_m(S(x))) ),   A_m(·) = σ(conv1×1_m(C(·)))
+
+- C, the attention trunk, is a *copy* of the backbone stages (``branch_after``,
+  ``attention_until``] (GoogLeNet: inception 4a–4e), initialised from the backbone's weights and
+  shared by the M learners; its down-sampling is removed (strided convolutions run with stride
+  1, strided pooling layers are dropped — the paper: "we remove all the pooling layers in our
+  attention module") so that its output keeps S(x)'s spatial size. ``attention_until ==
+  branch_after`` gives an empty trunk (the masks are computed from S(x) directly).
+- A'_m: a per-learner 1×1 convolution from C's channels to S(x)'s channels (GoogLeNet 832 → 480)
+  and a sigmoid: a mask of S(x)'s shape with values in (0, 1).
+- G: *one* function for all learners — the backbone's own stages after ``branch_after`` through
+  ``pool`` **and** the final linear layer to w = d/M dimensions. Reading of Eq. 7: G is a single
+  function (h_i … h_1 of Eq. 6 include the last layer, the embedding layer), so the attended
+  features of all learners go through the same weights and the masks are the only thing that
+  differs between learners; §3.2's argument ("union of metric spaces by multiple s_m is mapped
+  by a single embedding function g", and why the divergence loss does nothing for M-heads)
+  rests on that. ``shared_embedding=False`` gives each learner its own final linear layer (an
+  alternative some re-implementations use), everything else still shared.
+- The M attended maps are stacked along the batch and pass through G in one call.
+
+**M-heads** (:class:`HeadsEnsemble`, Fig. 1a, the paper's baseline after Lee et al.): S shared,
+then M separate copies G_m of the stages after ``branch_after`` through ``pool``, each with its
+own linear layer to w dimensions. Head 0 uses the backbone's own stages, heads 1 … M − 1 copies
+initialised from them.
+
+Both return the concatenation of the M L2-normalised learner embeddings, (B, M·w), with
+``learner_slices`` = [(0, w), (w, 2w), …]. New layers (mask convolutions, linear layers) use
+Glorot (Xavier) uniform initialisation with zero bias, as §4 states.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dmlbench.models.backbones import StagedBackbone, freeze_batchnorm
+
+_POOLS = (nn.MaxPool2d, nn.AvgPool2d)
+
+
+def remove_downsampling(module: nn.Module) -> nn.Module:
+    """In place: strided convolutions get stride 1, strided pooling layers become identities.
+
+    Used on the attention trunk (a copy), so that its output keeps its input's spatial size.
+    Returns ``module`` (or an ``Identity`` when ``module`` itself is a strided pooling layer).
+    """
+    if isinstance(module, _POOLS) and _strided(module.stride):
+        return nn.Identity()
+    if isinstance(module, nn.Conv2d) and _strided(module.stride):
+        module.stride = (1, 1)
+    for name, child in module.named_children():
+        setattr(module, name, remove_downsampling(child))
+    return module
+
+
+def _strided(stride: int | tuple[int, ...]) -> bool:
+    return any(s > 1 for s in ((stride,) if isinstance(stride, int) else stride))
+
+
+def _glorot(layer: nn.Module) -> None:
+    nn.init.xavier_uniform_(layer.weight)
+    nn.init.zeros_(layer.bias)
+
+
+class _Ensemble(nn.Module):
+    """What both ensembles share: the backbone, the learner layout and BatchNorm freezing.
+
+    Args:
+        backbone: the staged backbone (S, and G or G_0).
+        num_learners: M ≥ 1.
+        learner_dim: w, embedding size of one learner; the ensemble has M·w.
+        branch_after: last stage of S; must come before ``pool``.
+        freeze_bn: keep every BatchNorm (backbone and copies) in eval mode with frozen affine parameters.
+    """
+
+    def __init__(self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str,
+                 freeze_bn: bool):
+        super().__init__()
+        if num_learners < 1 or learner_dim < 1:
+            raise ValueError(f"need ≥ 1 learner of ≥ 1 dimension, got {num_learners} × {learner_dim}")
+        if backbone.index(branch_after) >= backbone.index("pool"):
+            raise ValueError(f"branch_after = {branch_after!r} must be a stage before 'pool' (a feature map)")
+        self.backbone = backbone
+        self.num_learners = num_learners
+        self.learner_dim = learner_dim
+        self.branch_after = branch_after
+        self.freeze_bn = freeze_bn
+        self.learner_slices = [(m * learner_dim, (m + 1) * learner_dim) for m in range(num_learners)]
+
+    def _finish_init(self) -> None:
+        if self.freeze_bn:
+            freeze_batchnorm(self)
+
+    def train(self, mode: bool = True) -> "_Ensemble":
+        super().train(mode)
+        if mode and self.freeze_bn:
+            freeze_batchnorm(self)
+        return self
+
+
+class AttentionEnsemble(_Ensemble):
+    """ABE-M: shared S, shared attention trunk C, M mask convolutions, shared G (Eq. 7).
+
+    Args:
+        backbone, num_learners, learner_dim, branch_after, freeze_bn: see :class:`_Ensemble`.
+        attention_until: last backbone stage copied into the attention trunk C (== ``branch_after``:
+            no trunk); must lie between ``branch_after`` and ``pool`` (excluded).
+        shared_embedding: one final linear layer for all learners (Eq. 7) or one per learner.
+
+    ``forward(images (B, 3, H, W) in [0, 1])`` → (B, M·w), each learner's w columns unit-norm.
+    """
+
+    def __init__(self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str,
+                 attention_until: str, shared_embedding: bool = True, freeze_bn: bool = False):
+        super().__init__(backbone, num_learners, learner_dim, branch_after, freeze_bn)
+        start, stop = backbone.index(branch_after), backbone.index(attention_until)
+        if not start <= stop < backbone.index("pool"):
+            raise ValueError(
+                f"attention_until = {attention_until!r} must be {branch_after!r} (no trunk) or a later stage "
+                f"before 'pool'; stages are {list(backbone.stage_names)}"
+            )
+        self.attention_until = attention_until
+        self.attention_trunk = (remove_downsampling(copy.deepcopy(backbone.stages(branch_after, attention_until)))
+                                if stop > start else nn.Identity())
+        self.feature_channels = backbone.out_channels[branch_after]
+        trunk_channels = backbone.out_channels[attention_until]
+        # The M 1×1 convolutions A'_m as one convolution with M blocks of output channels.
+        self.mask_conv = nn.Conv2d(trunk_channels, num_learners * self.feature_channels, kernel_size=1)
+        with torch.no_grad():
+            for block in self.mask_conv.weight.split(self.feature_channels):
+                nn.init.xavier_uniform_(block)
+            nn.init.zeros_(self.mask_conv.bias)
+        pooled = backbone.out_channels["pool"]
+        count = 1 if shared_embedding else num_learners
+        self.embedding = nn.ModuleList(nn.Linear(pooled, learner_dim) for _ in range(count))
+        for layer in self.embedding:
+            _glorot(layer)
+        self._finish_init()
+
+    def spatial_features(self, images: Tensor) -> Tensor:
+        """S(x): (B, C, h, w), the output of stage ``branch_after``."""
+        return self.backbone(images, until=self.branch_after)
+
+    def masks(self, features: Tensor) -> Tensor:
+        """A_m(S(x)) for every learner: (M, B, C, h, w) in (0, 1), from S(x) of shape (B, C, h, w)."""
+        trunk = self.attention_trunk(features)
+        if trunk.shape[-2:] != features.shape[-2:]:
+            raise ValueError(
+                f"the attention trunk (stages after {self.branch_after!r} through {self.attention_until!r}) gives "
+                f"{tuple(trunk.shape[-2:])} maps for S(x) of {tuple(features.shape[-2:])}: choose an "
+                f"attention_until whose stages keep the spatial size once their strides are removed"
+            )
+        logits = self.mask_conv(trunk)  # (B, M·C, h, w)
+        b, _, h, w = logits.shape
+        return torch.sigmoid(logits).view(b, self.num_learners, self.feature_channels, h, w).transpose(0, 1)
+
+    def forward(self, images: Tensor) -> Tensor:
+        features = self.spatial_features(images)
+        masks = self.masks(features)
+        attended = (features.unsqueeze(0) * masks).flatten(0, 1)  # (M·B, C, h, w)
+        pooled = self.backbone.stages(self.branch_after, "pool")(attended)
+        pooled = pooled.view(self.num_learners, features.shape[0], -1)
+        layers = [self.embedding[0]] * self.num_learners if len(self.embedding) == 1 else list(self.embedding)
+        return torch.cat([F.normalize(layer(p), dim=1) for layer, p in zip(layers, pooled)], dim=1)
+
+    @torch.no_grad()
+    def attention_maps(self, images: Tensor) -> Tensor:
+        """Each learner's mask averaged over channels and resized (bilinear) to the image.
+
+        Returns:
+            (M, B, H, W) in [0, 1] for images (B, 3, H, W).
+        """
+        masks = self.masks(self.spatial_features(images)).mean(dim=2)  # (M, B, h, w)
+        resized = F.interpolate(masks, size=images.shape[-2:], mode="bilinear", align_corners=False)
+        return resized.clamp(0.0, 1.0)
+
+
+class HeadsEnsemble(_Ensemble):
+    """M-heads: shared S, M separate global embedders G_m (stages after ``branch_after`` + linear).
+
+    ``forward(images (B, 3, H, W) in [0, 1])`` → (B, M·w), each learner's w columns unit-norm.
+    """
+
+    def __init__(self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str,
+                 freeze_bn: bool = False):
+        super().__init__(backbone, num_learners, learner_dim, branch_after, freeze_bn)
+        self.extra_heads = nn.ModuleList(
+            copy.deepcopy(backbone.stages(branch_after, "pool")) for _ in range(num_learners - 1)
+        )
+        pooled = backbone.out_channels["pool"]
+        self.embedding = nn.ModuleList(nn.Linear(pooled, learner_dim) for _ in range(num_learners))
+        for layer in self.embedding:
+            _glorot(layer)
+        self._finish_init()
+
+    def forward(self, images: Tensor) -> Tensor:
+        features = self.backbone(images, until=self.branch_after)
+        pooled = [self.backbone.stages(self.branch_after, "pool")(features)]
+        pooled += [head(features) for head in self.extra_heads]
+        return torch.cat([F.normalize(layer(p), dim=1) for layer, p in zip(self.embedding, pooled)], dim=1)

@@ -1,0 +1,278 @@
+"""ABE: divergence and per-learner contrastive losses by hand, masks, gradients, M = 1, batches, recipe."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from dmlbench.losses import ContrastiveLoss, build_loss
+from dmlbench.losses.abe_divergence import ABELoss, divergence_loss, partner_contrastive, split_learners
+from dmlbench.methods import OptionsError, build_recipe
+from dmlbench.methods.abe import PairBatchSampler
+from dmlbench.models.abe import AttentionEnsemble, HeadsEnsemble
+from dmlbench.models.backbones import build_backbone
+from dmlbench.models.backbones.googlenet import build_googlenet
+from dmlbench.models.embedder import Embedder
+from dmlbench.models.heads import LinearEmbedding
+from dmlbench.training.checkpoint import load_checkpoint
+from dmlbench.training.trainer import train_run
+
+from conftest import tiny_run
+
+ABE = {"label": "ABE", "recipe": "abe", "loss": {"name": "contrastive", "margin": 1.0}}
+
+
+def abe_run(params: dict, epochs: int = 2, dim: int = 8, **options) -> dict:
+    """A tiny resolved ABE run (width-4 CNN, 20 px: stage2 3×3, stage3 2×2) with the given options."""
+    config = copy.deepcopy(params)
+    config["methods"]["abe"] = {**ABE, "options": {"pair_anchors": 4, **options}}
+    run = tiny_run(config, "abe", epochs=epochs)
+    run["training"]["embedding_dim"] = dim
+    return run
+
+
+def small_backbone():
+    return build_backbone({"name": "small_cnn", "width": 4})
+
+
+# ------------------------------------------------------------------------------ losses by hand
+def test_divergence_loss_by_hand():
+    """M = 3 learners, 2 images, w = 2; Eq. 9 summed over ordered pairs p ≠ q, mean over images.
+
+    Image 0: e1 = e3 = (1, 0), e2 = (0, 1): only (1, 3) is inside the margin, d² = 0 → 1, twice → 2.
+    Image 1: e1 = (1, 0), e2 = (0.6, 0.8), e3 = (−1, 0): d²(1, 2) = 0.8 → 0.2, twice → 0.4;
+    d²(1, 3) = 4 and d²(2, 3) = 3.2 are outside. Mean over the images: (2 + 0.4) / 2 = 1.2.
+    """
+    learners = torch.tensor([
+        [[1.0, 0.0], [1.0, 0.0]],
+        [[0.0, 1.0], [0.6, 0.8]],
+        [[1.0, 0.0], [-1.0, 0.0]],
+    ])  # (M, B, w)
+    assert divergence_loss(learners, margin=1.0).item() == pytest.approx(1.2, abs=1e-6)
+    # margin 4: image 0 pairs (1,2), (2,3): 4 − 2 = 2 each, (1,3): 4 → 8 × 2 = 16; image 1: 3.2, 0, 0.8 → 8
+    assert divergence_loss(learners, margin=4.0).item() == pytest.approx((16 + 8) / 2, abs=1e-5)
+    assert divergence_loss(learners[:1], margin=1.0).item() == 0.0  # one learner: no self pair
+    with pytest.raises(ValueError, match="divergence_margin"):
+        divergence_loss(learners, margin=0.0)
+
+
+def test_per_learner_contrastive_plus_divergence_by_hand():
+    """Two learners (A | B columns), 3 images with labels 0, 0, 1, all pairs (class-balanced mode).
+
+    A: x0 = (1, 0), x1 = (0.6, 0.8), x2 = (0, 1). Pairs: (0, 1) positive d² = 0.8; (0, 2) negative
+       d² = 2 → [1 − 2]_+ = 0; (1, 2) negative d² = 0.4 → 0.6. Mean over 3 pairs: 1.4 / 3.
+    B: all (1, 0): positive 0, two negatives with d² = 0 → 1 each. Mean: 2 / 3.
+    Divergence: image 0 d² = 0 → 1 (×2 ordered pairs); image 1 d² = 0.8 → 0.2 (×2); image 2
+       d² = 2 → 0. Mean: (2 + 0.4) / 3 = 0.8.
+    """
+    a = torch.tensor([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0]])
+    b = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    embeddings, labels = torch.cat([a, b], dim=1), torch.tensor([0, 0, 1])
+    slices = [(0, 2), (2, 4)]
+    metric = 1.4 / 3 + 2 / 3
+    for weight in (0.0, 0.5, 1.0):
+        loss = ABELoss(ContrastiveLoss(margin=1.0), slices, divergence_weight=weight)
+        assert loss(embeddings, labels).item() == pytest.approx(metric + weight * 0.8, abs=1e-6)
+        assert loss.last_terms["metric"].item() == pytest.approx(metric, abs=1e-6)
+        assert loss.last_terms["divergence"].item() == pytest.approx(0.8, abs=1e-6)
+
+
+def test_partner_contrastive_uses_only_the_designated_pairs():
+    """Pair batch [a1, a2, b1, b2], labels [0, 1, 0, 2]: (a1, b1) positive d² = 0.8 → 0.8;
+    (a2, b2) negative d² = 0.4 → 0.6; mean 0.7. The pair (a1, a2) etc. are not used."""
+    e = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8], [0.6, 0.8]])
+    labels = torch.tensor([0, 1, 0, 2])
+    assert partner_contrastive(e, labels, margin=1.0).item() == pytest.approx(0.7, abs=1e-6)
+    loss = ABELoss(ContrastiveLoss(margin=1.0), [(0, 2)], divergence_weight=1.0, pairs="partners")
+    assert loss(e, labels).item() == pytest.approx(0.7, abs=1e-6)
+    with pytest.raises(ValueError, match="even"):
+        partner_contrastive(e[:3], labels[:3], margin=1.0)
+    with pytest.raises(ValueError, match="contrastive"):
+        ABELoss(build_loss({"name": "triplet"}, num_classes=3, embedding_dim=2), [(0, 2)], pairs="partners")
+
+
+# ------------------------------------------------------------------------------ the network
+def test_masks_have_the_shape_of_s_and_lie_in_zero_one():
+    torch.manual_seed(0)
+    model = AttentionEnsemble(small_backbone(), 3, 4, "stage2", "stage4").eval()
+    images = torch.rand(2, 3, 20, 20)
+    features = model.spatial_features(images)
+    masks = model.masks(features)
+    assert features.shape == (2, 8, 3, 3)
+    assert masks.shape == (3, *features.shape)  # (M, B, C, h, w): one mask of S(x)'s shape per learner
+    assert masks.min() > 0 and masks.max() < 1
+    assert not torch.allclose(masks[0], masks[1])  # learners have their own A'_m
+    maps = model.attention_maps(images)  # channel mean, resized to the image
+    assert maps.shape == (3, 2, 20, 20) and maps.min() >= 0 and maps.max() <= 1
+    expected = torch.nn.functional.interpolate(masks.mean(2), size=(20, 20), mode="bilinear", align_corners=False)
+    assert torch.allclose(maps, expected)
+    out = model(images)
+    assert out.shape == (2, 12)
+    for start, stop in model.learner_slices:
+        assert torch.allclose(out[:, start:stop].norm(dim=1), torch.ones(2), atol=1e-6)
+
+
+def test_attention_trunk_keeps_the_resolution_and_is_a_copy():
+    backbone = small_backbone()
+    model = AttentionEnsemble(backbone, 2, 4, "stage2", "stage4")
+    trunk_convs = [m for m in model.attention_trunk.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert trunk_convs and all(m.stride == (1, 1) for m in trunk_convs)
+    assert backbone.body["stage3"][0].stride == (2, 2)  # the backbone itself is untouched
+    trunk_ids = {id(p) for p in model.attention_trunk.parameters()}
+    assert trunk_ids.isdisjoint(id(p) for p in backbone.parameters())
+    # depth 0: no trunk, the masks come from S(x) itself
+    flat = AttentionEnsemble(small_backbone(), 2, 4, "stage2", "stage2")
+    assert isinstance(flat.attention_trunk, torch.nn.Identity) and flat.mask_conv.in_channels == 8
+
+
+def test_googlenet_paper_cut_points():
+    """S = … pool3 (480 channels), C = inception 4a–4e (832 → 480 masks); a trunk through 5b drops pool4."""
+    torch.manual_seed(0)
+    backbone = build_googlenet()
+    model = AttentionEnsemble(backbone, 2, 4, "pool3", "inception4e")
+    assert (model.mask_conv.in_channels, model.mask_conv.out_channels) == (832, 2 * 480)
+    deep = AttentionEnsemble(backbone, 2, 4, "pool3", "inception5b").eval()
+    assert isinstance(deep.attention_trunk.pool4, torch.nn.Identity)
+    with torch.no_grad():
+        images = torch.rand(1, 3, 64, 64)
+        assert deep.masks(deep.spatial_features(images)).shape == (2, 1, 480, 4, 4)
+        assert deep(images).shape == (1, 8)
+
+
+def test_gradient_reaches_every_learners_attention():
+    torch.manual_seed(0)
+    model = AttentionEnsemble(small_backbone(), 4, 4, "stage2", "stage3")
+    images, labels = torch.rand(6, 3, 20, 20), torch.tensor([0, 0, 1, 1, 2, 2])
+    full = ABELoss(ContrastiveLoss(), model.learner_slices, divergence_weight=1.0)
+    objectives = {"Eq. 8": lambda e: full(e, labels), "L_div alone": lambda e: divergence_loss(
+        split_learners(e, model.learner_slices))}
+    for objective in objectives.values():
+        model.zero_grad()
+        objective(model(images)).backward()
+        per_learner = model.mask_conv.weight.grad.split(model.feature_channels)
+        assert all(block.abs().sum() > 0 for block in per_learner)  # every A'_m gets a gradient
+        assert all(b.abs().sum() > 0 for b in model.mask_conv.bias.grad.split(model.feature_channels))
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.attention_trunk.parameters())
+
+
+def test_one_learner_without_divergence_is_a_single_attended_embedding():
+    """ABE-1 without L_div = the baseline network (backbone + one linear layer to d, L2) with one
+    learned sigmoid mask multiplying S(x): with the mask at exactly 1 it computes the same function
+    as :class:`Embedder`, and its loss is the plain contrastive loss of that embedding."""
+    torch.manual_seed(0)
+    model = AttentionEnsemble(small_backbone(), 1, 8, "stage2", "stage3").eval()
+    assert model.learner_slices == [(0, 8)]
+    with torch.no_grad():
+        model.mask_conv.weight.zero_()
+        model.mask_conv.bias.fill_(100.0)  # σ(100) == 1.0 in float32
+    head = LinearEmbedding(model.backbone.out_channels["pool"], 8)
+    head.linear = model.embedding[0]
+    baseline = Embedder(model.backbone, head).eval()
+    images, labels = torch.rand(5, 3, 20, 20), torch.tensor([0, 0, 1, 1, 2])
+    with torch.no_grad():
+        assert torch.equal(model.masks(model.spatial_features(images)), torch.ones(1, 5, 8, 3, 3))
+        assert torch.equal(model(images), baseline(images))
+    # with a learned (non-trivial) mask it differs from the unattended network
+    torch.nn.init.normal_(model.mask_conv.weight)
+    torch.nn.init.zeros_(model.mask_conv.bias)
+    with torch.no_grad():
+        attended = model(images)
+    assert not torch.allclose(attended, baseline(images))
+    for weight in (0.0, 1.0):  # one learner: L_div has no pair, so λ_div does not matter
+        loss = ABELoss(ContrastiveLoss(margin=1.0), model.learner_slices, divergence_weight=weight)
+        assert torch.equal(loss(attended, labels), ContrastiveLoss(margin=1.0)(attended, labels))
+
+
+def test_parameter_counts_abe_shares_g_heads_copy_it():
+    def count(model):
+        return sum(p.numel() for p in model.parameters())
+
+    abe = [count(AttentionEnsemble(small_backbone(), m, 4, "stage2", "stage3")) for m in (1, 2)]
+    heads = [count(HeadsEnsemble(small_backbone(), m, 4, "stage2")) for m in (1, 2)]
+    mask_block = 16 * 8 + 8  # one more learner: a 1×1 conv block 16 → 8 channels with bias
+    assert abe[1] - abe[0] == mask_block
+    later = sum(p.numel() for p in small_backbone().stages("stage2", "pool").parameters())
+    assert heads[1] - heads[0] == later + (32 * 4 + 4)  # a copy of G + its own linear layer
+    assert heads[0] == count(small_backbone()) + 32 * 4 + 4
+
+
+def test_heads_learners_are_separate_networks():
+    torch.manual_seed(0)
+    model = HeadsEnsemble(small_backbone(), 3, 4, "stage2").eval()
+    images = torch.rand(2, 3, 20, 20)
+    out = model(images)
+    assert out.shape == (2, 12)
+    loss = ABELoss(ContrastiveLoss(), model.learner_slices, divergence_weight=0.0)
+    loss(model(images), torch.tensor([0, 0])).backward()
+    assert all(p.grad is not None for head in model.extra_heads for p in head.parameters() if p.requires_grad)
+
+
+# ------------------------------------------------------------------------------ pair batches
+def test_pair_batches_have_positive_then_negative_partners():
+    labels = np.repeat(np.arange(5), [2, 3, 4, 2, 5])
+    sampler = PairBatchSampler(labels, 6, torch.Generator().manual_seed(0), num_batches=20)
+    batches = list(sampler)
+    assert len(batches) == 20
+    for batch in batches:
+        anchors, partners = np.array(batch[:6]), np.array(batch[6:])
+        assert (labels[anchors[:3]] == labels[partners[:3]]).all() and (anchors[:3] != partners[:3]).all()
+        assert (labels[anchors[3:]] != labels[partners[3:]]).all()
+    seen = np.concatenate([b[6:9] for b in batches])
+    assert set(labels[seen]) == set(range(5))  # positives come from every class
+    again = list(PairBatchSampler(labels, 6, torch.Generator().manual_seed(0), num_batches=20))
+    assert again == batches  # a pure function of the generator
+    assert len(PairBatchSampler(labels, 2, torch.Generator())) == len(labels) // 4
+    with pytest.raises(ValueError, match="≥ 2 images"):
+        PairBatchSampler(np.array([0, 0, 1]), 2, torch.Generator())
+
+
+# ------------------------------------------------------------------------------ the recipe
+def test_recipe_options_and_errors(params):
+    recipe = build_recipe(abe_run(params, learners=4))
+    model = recipe.build_model()
+    assert isinstance(model, AttentionEnsemble) and model.learner_slices == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert isinstance(recipe.build_sampler(np.repeat(np.arange(4), 3), torch.Generator()), PairBatchSampler)
+    with pytest.raises(ValueError, match="embedding_dim = 8 is not divisible.*learners = 3"):
+        build_recipe(abe_run(params, learners=3))
+    with pytest.raises(ValueError, match=r"options.branch_after = 'pool9' is not a stage"):
+        build_recipe(abe_run(params, branch_after="pool9")).build_model()
+    with pytest.raises(ValueError, match="attention_until = 'stage1' must be"):
+        build_recipe(abe_run(params, attention_until="stage1")).build_model()
+    with pytest.raises(OptionsError, match="pair_anchors"):
+        build_recipe(abe_run(params, pair_anchors=3))
+    with pytest.raises(OptionsError, match="not an option"):
+        build_recipe(abe_run(params, heads=3))
+    heads = build_recipe(abe_run(params, architecture="heads", learners=2))
+    with pytest.raises(NotImplementedError):
+        heads.attention_maps(heads.build_model(), torch.rand(1, 3, 20, 20))
+
+
+def test_recipe_attention_maps_are_per_learner(params):
+    recipe = build_recipe(abe_run(params, learners=4))
+    maps = recipe.attention_maps(recipe.build_model().eval(), torch.rand(3, 3, 20, 20))
+    assert list(maps) == ["learner0", "learner1", "learner2", "learner3"]
+    assert all(m.shape == (3, 20, 20) and 0 <= m.min() and m.max() <= 1 for m in maps.values())
+
+
+@pytest.mark.parametrize("batches", ["pairs", "class_balanced"])
+def test_training_is_deterministic_and_logs_the_terms(params, tiny_manifest, tmp_path, batches):
+    run = abe_run(params, learners=2, batches=batches)
+    for name in ("a", "b"):
+        train_run(run, tiny_manifest, tmp_path / name / "out", tmp_path / name / "scratch", progress=False)
+    a, b = (load_checkpoint(tmp_path / n / "out" / "checkpoint.pt")["model"] for n in ("a", "b"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    log = (tmp_path / "a" / "out" / "log.csv").read_text().splitlines()
+    assert log[0].endswith("metric_loss,divergence_loss,train_self_similarity") and len(log) == 3
+
+
+@pytest.mark.parametrize("architecture", [AttentionEnsemble, HeadsEnsemble])
+def test_frozen_batchnorm_covers_the_copied_stages(architecture):
+    args = ("stage2", "stage3") if architecture is AttentionEnsemble else ("stage2",)
+    model = architecture(small_backbone(), 2, 4, *args, freeze_bn=True).train()
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    copies = model.attention_trunk if architecture is AttentionEnsemble else model.extra_heads
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in copies.modules())
+    assert all(not m.training and not m.weight.requires_grad for m in norms)

@@ -1,0 +1,325 @@
+"""Intra-batch message passing (MPN): attention step, equivariance, losses, test-time batches, recipe, ensembles."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dmlbench.losses.mpn_cross_entropy import MPNCrossEntropyLoss, MPNLossConfig, tempered_cross_entropy
+from dmlbench.methods import OptionsError, build_recipe
+from dmlbench.methods.mpn_batches import (
+    GraphBatch,
+    cluster_batches,
+    nearest_neighbour_batches,
+    reciprocal_knn_batches,
+    reciprocal_knn_sets,
+    reciprocal_sets,
+    refine_in_batches,
+)
+from dmlbench.methods.mpn_ensemble import concatenate_members, ensemble_files, main, member_seeds
+from dmlbench.models.mpn import MessagePassingNetwork, MessagePassingStep, MultiHeadDotProductAttention
+from dmlbench.training.checkpoint import load_checkpoint
+from dmlbench.training.embed import embed_run
+from dmlbench.training.trainer import train_run
+
+from conftest import tiny_run
+
+
+# --- the attention step -------------------------------------------------------------------
+def test_attention_weights_by_hand_on_four_nodes():
+    """One head, W_q = W_k = W = I, d = 2: α_ij = softmax_j(h_i · h_j / √2)."""
+    attention = MultiHeadDotProductAttention(2, heads=1, dropout=0.0)
+    for linear in (attention.query, attention.key, attention.value):
+        torch.nn.init.eye_(linear.weight)
+    h = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    alpha = attention.weights(h)[0]
+    e = math.exp(1 / math.sqrt(2))
+    assert alpha[3].tolist() == pytest.approx([0.25] * 4)  # the zero node attends uniformly
+    assert alpha[0].tolist() == pytest.approx([e / (2 * e + 2), 1 / (2 * e + 2), e / (2 * e + 2), 1 / (2 * e + 2)])
+    # node 2 = (1, 1): scores (1, 1, 2, 0) / √2
+    scores = np.exp(np.array([1, 1, 2, 0]) / math.sqrt(2))
+    assert alpha[2].tolist() == pytest.approx((scores / scores.sum()).tolist())
+    # the message is Σ_j α_ij h_j
+    assert attention(h)[2].tolist() == pytest.approx((alpha[2] @ h).tolist())
+
+
+def _hand_step(h: np.ndarray, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray, heads: int, scale: float,
+               w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray) -> np.ndarray:
+    """Eq. 3–6 with explicit loops: per head and receiver i, softmax over senders j; LayerNorm without affine."""
+    n, d = h.shape
+    hd = d // heads
+
+    def layer_norm(x):
+        return (x - x.mean()) / math.sqrt(x.var() + 1e-5)
+
+    messages = np.zeros((n, d))
+    for m in range(heads):
+        rows = slice(m * hd, (m + 1) * hd)
+        for i in range(n):
+            scores = [float(wq[rows] @ h[i] @ (wk[rows] @ h[j])) / scale for j in range(n)]
+            alpha = np.exp(scores - np.max(scores))
+            alpha /= alpha.sum()
+            messages[i, rows] = sum(alpha[j] * (wv[rows] @ h[j]) for j in range(n))
+    out = np.zeros_like(h)
+    for i in range(n):
+        f = layer_norm(messages[i] + h[i])  # Eq. 5
+        ff = w2 @ np.maximum(w1 @ f + b1, 0) + b2
+        out[i] = layer_norm(ff + f)  # Eq. 6
+    return out
+
+
+def as_numpy(parameter: torch.Tensor) -> np.ndarray:
+    return parameter.detach().double().numpy()
+
+
+@pytest.mark.parametrize("scale", ["embedding", "head"])
+def test_message_passing_step_matches_hand_computation_on_four_nodes(scale):
+    torch.manual_seed(0)
+    step = MessagePassingStep(4, heads=2, attention_dropout=0.0, dropout=0.0, ff_multiplier=2, scale=scale).eval()
+    h = torch.randn(4, 4)
+    att = step.attention
+    expected = _hand_step(
+        h.double().numpy(), as_numpy(att.query.weight), as_numpy(att.key.weight), as_numpy(att.value.weight),
+        heads=2, scale=math.sqrt(4 if scale == "embedding" else 2),
+        w1=as_numpy(step.feed_forward[0].weight), b1=as_numpy(step.feed_forward[0].bias),
+        w2=as_numpy(step.feed_forward[3].weight), b2=as_numpy(step.feed_forward[3].bias),
+    )
+    with torch.no_grad():
+        got = step(h)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_heads_must_divide_the_embedding_size():
+    with pytest.raises(ValueError, match="multiple of the number of heads"):
+        MultiHeadDotProductAttention(6, heads=4)
+
+
+def test_mpn_is_permutation_equivariant_over_the_batch():
+    torch.manual_seed(1)
+    mpn = MessagePassingNetwork(8, steps=2, heads=4, output_projection=True, input_projection=True).eval()
+    x = torch.randn(7, 8)
+    perm = torch.randperm(7)
+    with torch.no_grad():
+        np.testing.assert_allclose(mpn(x[perm]).numpy(), mpn(x)[perm].numpy(), rtol=1e-5, atol=1e-6)
+        # stacked graphs are refined independently: (G, n, d) equals one call per graph
+        y = torch.randn(7, 8)
+        both = mpn(torch.stack([x, y]))
+        np.testing.assert_allclose(both[1].numpy(), mpn(y).numpy(), rtol=1e-5, atol=1e-6)
+    # message passing mixes the nodes: changing one node changes the others' outputs
+    z = x.clone()
+    z[0] += 1.0
+    with torch.no_grad():
+        assert not torch.allclose(mpn(z)[1:], mpn(x)[1:])
+
+
+# --- losses -------------------------------------------------------------------------------
+def test_tempered_cross_entropy_matches_the_formula():
+    torch.manual_seed(2)
+    logits, labels = torch.randn(5, 4), torch.tensor([0, 3, 1, 1, 2])
+    tau, eps = 0.2, 0.1
+    z = logits.double().numpy() / tau
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    expected = np.mean([(1 - eps) * -log_p[i, y] + eps * np.mean(-log_p[i]) for i, y in enumerate(labels.tolist())])
+    assert tempered_cross_entropy(logits, labels, tau, eps).item() == pytest.approx(expected, rel=1e-5)
+    # ε = 0, τ = 1: plain cross-entropy; a lower temperature sharpens (the loss of correct logits falls)
+    plain = F.cross_entropy(logits, labels).item()
+    assert tempered_cross_entropy(logits, labels, 1.0, 0.0).item() == pytest.approx(plain)
+    confident = F.one_hot(labels, 4).float() * 3
+    assert tempered_cross_entropy(confident, labels, 0.5, 0.0) < tempered_cross_entropy(confident, labels, 1.0, 0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        tempered_cross_entropy(logits, labels, 0.0, 0.1)
+
+
+def test_mpn_loss_weights_its_two_terms():
+    torch.manual_seed(3)
+    config = MPNLossConfig(temperature=0.5, label_smoothing=0.1, mpn_weight=2.0, aux_weight=0.5)
+    loss = MPNCrossEntropyLoss(3, 4, config)
+    features, refined, labels = torch.randn(6, 4), torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    total = loss(features, refined, labels)
+    mpn = tempered_cross_entropy(loss.mpn_classifier(refined), labels, 0.5, 0.1)
+    aux = tempered_cross_entropy(loss.aux_classifier(features), labels, 0.5, 0.1)
+    assert total.item() == pytest.approx((2.0 * mpn + 0.5 * aux).item())
+    assert set(loss.last_terms) == {"mpn_ce", "aux_ce"}
+    only_aux = MPNCrossEntropyLoss(3, 4, MPNLossConfig(mpn_weight=0.0))
+    assert only_aux.mpn_classifier is None and not only_aux.uses_mpn
+    with pytest.raises(ValueError, match="needs the refined node features"):
+        loss(features, None, labels)
+    with pytest.raises(ValueError, match="both 0"):
+        MPNLossConfig(mpn_weight=0.0, aux_weight=0.0)
+    neck = MPNCrossEntropyLoss(3, 4, MPNLossConfig(classifier_batchnorm=True))
+    assert isinstance(neck.mpn_classifier[0], torch.nn.BatchNorm1d) and neck.mpn_classifier[1].bias is None
+
+
+# --- test-time batches --------------------------------------------------------------------
+# Seven points on a line: two groups {0, 1, 2}, {3, 4, 5} and point 6 in between (closest to 2).
+POSITIONS = np.array([0.0, 1.0, 2.5, 10.0, 11.0, 13.0, 5.8])
+DISTANCES = np.abs(POSITIONS[:, None] - POSITIONS[None, :])
+
+
+def _ranking() -> np.ndarray:
+    order = np.argsort(DISTANCES, axis=1, kind="stable")
+    return np.stack([row[row != i] for i, row in enumerate(order)])
+
+
+def _distances_to(q: int, rows: np.ndarray) -> np.ndarray:
+    return DISTANCES[q, rows]
+
+
+def test_reciprocal_sets_on_a_toy_distance_matrix():
+    sets = reciprocal_sets(_ranking(), 3)
+    # N(0,3) = {0,1,2,6} but 0 ∉ N(6,3) = {6,2,3,1}; N(6,3) is fully reciprocal
+    assert sets[0].tolist() == [0, 1, 2]
+    assert sets[6].tolist() == [6, 2, 3, 1]
+    assert sets[4].tolist() == [4, 3, 5]
+
+
+def test_reciprocal_knn_batches_on_a_toy_distance_matrix():
+    ranking = _ranking()
+    batches = reciprocal_knn_sets(ranking, k=3, alpha=2 / 3, size=5, distances_to=_distances_to)
+    # q = 6: R = {6,2,3,1}; the ½k-sets R(2,2) = R(1,2) = {0,1,2} share 2 of 3 ≥ α·3 with R, so 0 joins
+    # (the code's strict '>' would reject them); R(3,2) = {3,4,5} shares 1 < 2 and stays out.
+    # Sorted by distance to 6: 2, 3, 1, 0 — instead of the plain nearest neighbour 4.
+    assert batches[6].tolist() == [6, 2, 3, 1, 0]
+    # q = 0: R = {0,1,2}, no expansion outside it; filled with 0's nearest others 6, 3
+    assert batches[0].tolist() == [0, 1, 2, 6, 3]
+    assert batches[3].tolist() == [3, 4, 5, 6, 2]
+    # a stricter α rejects the expansion: the batch of 6 is filled with its next neighbour, 4
+    strict = reciprocal_knn_sets(ranking, k=3, alpha=0.7, size=5, distances_to=_distances_to)
+    assert strict[6].tolist() == [6, 2, 3, 1, 4]
+    # a smaller k_r keeps the closest members
+    assert reciprocal_knn_sets(ranking, 3, 2 / 3, 3, _distances_to)[6].tolist() == [6, 2, 3]
+    # the faiss-backed version on the points themselves gives the same batches
+    plan = reciprocal_knn_batches(POSITIONS[:, None].astype(np.float32), k=3, alpha=2 / 3, size=5)
+    assert plan[0].nodes.tolist() == batches.tolist()
+    assert plan[0].outputs[:, 0].tolist() == list(range(7)) and (plan[0].outputs[:, 1:] == -1).all()
+
+
+def test_nearest_neighbour_and_cluster_batches_refine_every_row_once():
+    points = POSITIONS[:, None].astype(np.float32)
+    rng = np.random.default_rng(0)
+    nn_plan = nearest_neighbour_batches(points, chunk_size=3, chunks_per_batch=2, rng=rng)
+    anchors = np.concatenate([b.outputs[b.outputs >= 0] for b in nn_plan])
+    assert sorted(anchors.tolist()) == list(range(7))
+    for batch in nn_plan:  # each anchor's chunk = the anchor and its 2 nearest neighbours
+        for nodes, outputs in zip(batch.nodes, batch.outputs):
+            for position in np.flatnonzero(outputs >= 0):
+                assert nodes[position + 1: position + 3].tolist() == _ranking()[nodes[position], :2].tolist()
+    assert [b.nodes.shape for b in nn_plan] == [(3, 6), (1, 3)]  # 7 chunks of 3 → 3 batches of 2 + 1 of 1
+    cluster_plan = cluster_batches(np.array([0, 0, 0, 1, 1, 1, 1]), chunk_size=2, chunks_per_batch=2, rng=rng)
+    rows = np.concatenate([b.outputs.ravel() for b in cluster_plan])
+    assert sorted(rows.tolist()) == list(range(7))
+    for batch in cluster_plan:  # every chunk holds images of one cluster
+        assert (batch.nodes == batch.outputs).all()
+
+
+def test_refine_in_batches_collects_each_row_once():
+    points = np.random.default_rng(1).normal(size=(7, 3)).astype(np.float32)
+    plan = reciprocal_knn_batches(points, k=2, alpha=0.5, size=4)
+    identity = refine_in_batches(lambda x: x, points, plan, torch.device("cpu"), max_nodes=8)
+    np.testing.assert_allclose(identity, points / np.linalg.norm(points, axis=1, keepdims=True), rtol=1e-6)
+    missing = [GraphBatch(np.array([[0, 1]]), np.array([[0, -1]]))]
+    with pytest.raises(ValueError, match="not exactly once"):
+        refine_in_batches(lambda x: x, points[:2], missing, torch.device("cpu"))
+
+
+# --- the recipe ---------------------------------------------------------------------------
+MPN_METHOD = {
+    "recipe": "mpn",
+    "loss": {"name": "mpn_cross_entropy", "temperature": 0.5, "label_smoothing": 0.1},
+    "options": {"steps": 1, "heads": 2},
+}
+
+
+def mpn_run(params: dict, seed: int = 0, epochs: int = 2, **options) -> dict:
+    run = tiny_run(params, "contrastive", seed=seed, epochs=epochs)
+    run["method"] = "mpn"
+    run["method_config"] = copy.deepcopy(MPN_METHOD)
+    run["method_config"]["options"].update(options)
+    run["training"]["optimizer"]["name"] = "radam"
+    return run
+
+
+def test_recipe_rejects_inconsistent_settings(params):
+    run = mpn_run(params)
+    run["method_config"]["loss"]["name"] = "norm_softmax"
+    with pytest.raises(OptionsError, match="loss.name must be 'mpn_cross_entropy'"):
+        build_recipe(run)
+    run = mpn_run(params, test_embedding="mpn")
+    run["method_config"]["loss"]["mpn_weight"] = 0.0
+    with pytest.raises(OptionsError, match="never be trained"):
+        build_recipe(run)
+    with pytest.raises(OptionsError, match="must divide"):
+        build_recipe(mpn_run(params, heads=3))
+    with pytest.raises(OptionsError, match="not an option"):
+        build_recipe(mpn_run(params, layers=2))
+
+
+def test_ce_only_variant_builds_no_mpn(params):
+    run = mpn_run(params)
+    run["method_config"]["loss"]["mpn_weight"] = 0.0
+    recipe = build_recipe(run)
+    assert recipe.build_model().mpn is None and recipe.summary() == {"mpn_parameters": 0.0}
+
+
+def test_training_is_deterministic_and_mpn_test_embedding_differs(params, tiny_manifest, tmp_path):
+    run = mpn_run(params, test_embedding="mpn", rknn_k=3, test_batch_size=4)
+    for name in ("a", "b"):
+        train_run(run, tiny_manifest, tmp_path / name, tmp_path / f"scratch_{name}", progress=False)
+    a, b = (load_checkpoint(tmp_path / name / "checkpoint.pt") for name in ("a", "b"))
+    assert a["model"].keys() == b["model"].keys() and any(k.startswith("mpn.") for k in a["model"])
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    assert torch.equal(a["loss"]["mpn_classifier.weight"], b["loss"]["mpn_classifier.weight"])
+    log = (tmp_path / "a" / "log.csv").read_text().splitlines()
+    assert log[0].endswith("mpn_ce,aux_ce")
+    refined = np.load(embed_run(tmp_path / "a" / "checkpoint.pt", tiny_manifest, tmp_path / "mpn.npz"))
+    backbone_run = copy.deepcopy(a)
+    backbone_run["run"]["method_config"]["options"]["test_embedding"] = "backbone"
+    torch.save(backbone_run, tmp_path / "backbone.pt")
+    plain = np.load(embed_run(tmp_path / "backbone.pt", tiny_manifest, tmp_path / "backbone.npz"))
+    assert refined["embeddings"].shape == plain["embeddings"].shape
+    np.testing.assert_allclose(np.linalg.norm(refined["embeddings"], axis=1), 1.0, rtol=1e-5)
+    assert not np.allclose(refined["embeddings"], plain["embeddings"])
+    stats = dict(zip(plain["stat_names"].tolist(), plain["stat_values"].tolist()))
+    assert 0 < stats["mpn_parameters"] < stats["num_parameters"]
+
+
+@pytest.mark.parametrize("construction", ["nearest_neighbours", "kmeans"])
+def test_other_test_time_constructions_embed_every_image(params, construction):
+    recipe = build_recipe(mpn_run(params, test_embedding="mpn", test_batches=construction,
+                                  kmeans_images_per_cluster=3.0))
+    points = np.random.default_rng(2).normal(size=(20, 8)).astype(np.float32)
+    rows = np.concatenate([b.outputs[b.outputs >= 0] for b in recipe.test_batches(points)])
+    assert sorted(rows.tolist()) == list(range(20))
+
+
+# --- ensembles ----------------------------------------------------------------------------
+def test_ensemble_concatenates_l2_normalised_members(tmp_path: Path):
+    labels = np.array([0, 0, 1])
+    a = {"embeddings": np.array([[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]], dtype=np.float32), "labels": labels,
+         "stat_names": np.array(["num_parameters", "R_demo"]), "stat_values": np.array([10.0, 0.2])}
+    b = {"embeddings": np.array([[0.0, 0.0, 5.0], [2.0, 0.0, 0.0], [1.0, 1.0, 0.0]], dtype=np.float32),
+         "labels": labels, "stat_names": np.array(["num_parameters", "R_demo"]), "stat_values": np.array([30.0, 0.4])}
+    result = concatenate_members([a, b])
+    np.testing.assert_allclose(result["embeddings"][0], [0.6, 0.8, 0.0, 0.0, 1.0])
+    np.testing.assert_allclose(np.linalg.norm(result["embeddings"], axis=1), math.sqrt(2), rtol=1e-6)
+    assert result["learner_slices"].tolist() == [[0, 2], [2, 5]]
+    stats = dict(zip(result["stat_names"], result["stat_values"]))
+    assert stats == {"num_parameters": 40.0, "R_demo": pytest.approx(0.3)}
+    with pytest.raises(ValueError, match="other labels"):
+        concatenate_members([a, {**b, "labels": np.array([0, 1, 1])}])
+    with pytest.raises(ValueError, match="at least 2"):
+        concatenate_members([a])
+    for name, member in (("a", a), ("b", b)):
+        np.savez(tmp_path / f"{name}.npz", **member)
+    written = np.load(ensemble_files([tmp_path / "a.npz", tmp_path / "b.npz"], tmp_path / "ens" / "e.npz"))
+    np.testing.assert_array_equal(written["embeddings"], result["embeddings"])
+    assert main([str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--out", str(tmp_path / "cli.npz")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "cli.npz")["learner_slices"], result["learner_slices"])
+    assert member_seeds(1, 5) == [5, 6, 7, 8, 9]
