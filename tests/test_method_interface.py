@@ -189,3 +189,29 @@ def test_val_split_seed_seed_gives_one_class_split_per_run(params, tiny_manifest
     per_run = [val_classes(s, "seed") for s in range(4)]
     assert per_run[0] == val_classes(0, 0)  # 'seed' with seed 0 is split seed 0
     assert len({frozenset(c) for c in per_run}) > 1
+
+
+@pytest.mark.parametrize(("methods", "message"), [
+    ({"ens": {"ensemble_members": 2}}, "needs a 'base'"),
+    ({"ens": {"base": "margin", "ensemble_members": 2, "options": {}}}, r"may set only 'label'"),
+    ({"ens": {"base": "margin", "ensemble_members": 2}, "ens2": {"base": "ens", "ensemble_members": 2}},
+     "is itself an ensemble"),
+])
+def test_ensemble_methods_only_name_their_members(params, methods, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(with_methods(params, **methods))
+
+
+def test_ensemble_jobs_concatenate_member_runs(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall",
+                          "results/runs/synthetic/mpn_ens2/seed1/metrics.json"],
+                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    command = next(line for line in out.splitlines() if "dmlbench ensemble" in line)
+    members = [f"results/runs/synthetic/mpn/seed{s}/embeddings.npz" for s in (2, 3)]
+    assert all(m in command for m in members)
+    assert "method=mpn_ens2" not in out.split("rule train")[-1].split("rule ")[0]  # ensembles are not trained

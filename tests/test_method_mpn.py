@@ -22,7 +22,8 @@ from dmlbench.methods.mpn_batches import (
     reciprocal_sets,
     refine_in_batches,
 )
-from dmlbench.methods.mpn_ensemble import concatenate_members, ensemble_files, main, member_seeds
+from dmlbench.cli import main
+from dmlbench.evaluation.ensemble import concatenate_members, ensemble_files, member_seeds
 from dmlbench.models.mpn import MessagePassingNetwork, MessagePassingStep, MultiHeadDotProductAttention
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
@@ -320,6 +321,6 @@ def test_ensemble_concatenates_l2_normalised_members(tmp_path: Path):
         np.savez(tmp_path / f"{name}.npz", **member)
     written = np.load(ensemble_files([tmp_path / "a.npz", tmp_path / "b.npz"], tmp_path / "ens" / "e.npz"))
     np.testing.assert_array_equal(written["embeddings"], result["embeddings"])
-    assert main([str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--out", str(tmp_path / "cli.npz")]) == 0
+    assert main(["ensemble", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--out", str(tmp_path / "cli.npz")]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "cli.npz")["learner_slices"], result["learner_slices"])
     assert member_seeds(1, 5) == [5, 6, 7, 8, 9]

@@ -68,13 +68,21 @@ def test_dependency_edges_agree(snakemake_jobs, dvc_stages):
 
 
 def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_jobs):
-    config = __import__("yaml").safe_load((REPO / "params.yaml").read_text())
-    runs = {(d, m, s) for t in config["tables"].values() for d in t["datasets"] for m in t["methods"]
-            for s in config["seeds"]}
-    for rule in ("train", "embed", "evaluate"):
-        assert len([j for j in snakemake_jobs if j["rule"] == rule]) == len(runs)
+    from dmlbench.config import load_config, method_chain
+
+    config = load_config([REPO / "params.yaml"])
+
+    def runs_of(rule: str) -> set[tuple[str, str, str]]:
+        return {tuple(j["outputs"][0].split("/")[2:5]) for j in snakemake_jobs if j["rule"] == rule}
+
+    evaluated, embedded, trained = runs_of("evaluate"), runs_of("embed") | runs_of("ensemble"), runs_of("train")
+    tables = {(d, m, f"seed{s}") for t in config["tables"].values() for d in t["datasets"] for m in t["methods"]
+              for s in t.get("seeds", config["seeds"])}
+    assert tables <= evaluated <= embedded
+    assert runs_of("embed") <= trained
+    assert not {m for _, m, _ in trained} & {m for m, spec in config["methods"].items() if "ensemble_members" in spec}
     for job in (j for j in snakemake_jobs if j["rule"] == "train"):
         method = job["outputs"][0].split("/")[3]
         methods = {p.split(".")[1] for p in job["params"] if p.startswith("methods.")}
-        assert methods == {method}
+        assert methods == set(method_chain(config, method))  # its own section and its bases'
         assert not any(p.endswith(".label") for p in job["params"])  # renaming a method does not retrain it

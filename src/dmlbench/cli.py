@@ -114,6 +114,12 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     print(f"evaluated {args.embeddings}: {shown}")
 
 
+def cmd_ensemble(args: argparse.Namespace) -> None:
+    from dmlbench.evaluation.ensemble import ensemble_files
+
+    print(f"wrote ensemble {ensemble_files(args.members, args.out)}")
+
+
 def cmd_report(args: argparse.Namespace) -> None:
     from dmlbench.report.pipeline import report_table
 
@@ -191,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk-size", type=int, default=4096, help="queries per kNN search chunk")
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("ensemble", help="concatenate the L2-normalised test embeddings of several runs")
+    p.add_argument("members", nargs="+", help="each member run's embeddings.npz (same test rows)")
+    p.add_argument("--out", required=True, help="the ensemble's embeddings.npz")
+    p.set_defaults(func=cmd_ensemble)
 
     p = sub.add_parser("report", help="LaTeX table and plots of a table spec (tables.TABLE)")
     p.add_argument("table", help="a key of the 'tables' params section, e.g. table1")

@@ -78,6 +78,15 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     if errors:
         lines = [f"  {'.'.join(str(p) for p in err.absolute_path) or '<top>'}: {err.message}" for err in errors[:10]]
         raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
+    for name, section_ in config.get("methods", {}).items():
+        if "ensemble_members" in section_:
+            extra = sorted(set(section_) - {"base", "label", "ensemble_members"})
+            base = section_.get("base")
+            if base is None or extra:
+                raise ConfigError(f"{source}: methods.{name} is an ensemble (ensemble_members): it needs a 'base' "
+                                  f"(the member method) and may set only 'label'; it sets {extra or 'no base'}")
+            if any("ensemble_members" in config["methods"].get(m, {}) for m in method_chain(config, base)):
+                raise ConfigError(f"{source}: methods.{name}.base = {base!r} is itself an ensemble")
     for name in config.get("methods", {}):
         method = resolve_method(config, name)
         missing = [key for key in ("recipe", "loss") if key not in method]
@@ -168,6 +177,16 @@ def resolve_method(config: Mapping[str, Any], method: str, dataset: str | None =
             merged = deep_merge(merged, per_dataset.get(dataset, {}))
     merged.pop("base", None)
     return merged
+
+
+def ensemble_spec(config: Mapping[str, Any], method: str) -> tuple[str, int] | None:
+    """``(member method, E)`` of an ensemble method (``ensemble_members: E``), None for a trained method.
+
+    An ensemble is not trained: its seed s concatenates the test embeddings of the member method's
+    runs with seeds s·E … s·E + E − 1 (:func:`dmlbench.evaluation.ensemble.member_seeds`).
+    """
+    node = section(config, "methods", method)
+    return (node["base"], int(node["ensemble_members"])) if "ensemble_members" in node else None
 
 
 def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int) -> dict[str, Any]:

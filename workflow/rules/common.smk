@@ -4,7 +4,8 @@ import os
 import sys
 from pathlib import Path
 
-from dmlbench.config import method_chain, resolve_method, validate_config
+from dmlbench.config import ensemble_spec, method_chain, resolve_method, validate_config
+from dmlbench.evaluation.ensemble import member_seeds
 
 validate_config(config, source="snakemake config (params.yaml + overlays)")
 
@@ -20,6 +21,13 @@ DMLBENCH = "dmlbench"
 RUN_DIR = "results/runs/{dataset}/{method}/seed{seed}"
 
 
+# Ensemble methods (`ensemble_members: E`) are not trained: rule ensemble concatenates member runs.
+ENSEMBLES = {m: ensemble_spec(config, m) for m in config["methods"] if ensemble_spec(config, m)}
+# (a wildcard regex is embedded in the path's regex: "not followed by a name character", not "$")
+TRAINED_METHOD = f"(?!(?:{'|'.join(ENSEMBLES)})(?![a-z0-9_]))[a-z0-9_]+" if ENSEMBLES else "[a-z0-9_]+"
+ENSEMBLE_METHOD = f"(?:{'|'.join(ENSEMBLES)})(?![a-z0-9_])" if ENSEMBLES else "(?!)"
+
+
 wildcard_constraints:
     dataset="[a-z0-9_]+",
     method="[a-z0-9_]+",
@@ -27,13 +35,14 @@ wildcard_constraints:
     table="[a-z0-9_]+",
 
 
-def table_runs(table, filename):
-    """Paths of `filename` in every run (dataset × method × seed) of tables.<table>."""
+def table_runs(table, filename, trained_only=False):
+    """Paths of `filename` in every run (dataset × method × seed) of tables.<table>; with
+    `trained_only`, ensemble methods (which have no training log) are left out."""
     spec = config["tables"][table]
     return expand(
         f"{RUN_DIR}/{filename}",
         dataset=spec["datasets"],
-        method=spec["methods"],
+        method=[m for m in spec["methods"] if not (trained_only and m in ENSEMBLES)],
         seed=spec.get("seeds", config["seeds"]),
     )
 

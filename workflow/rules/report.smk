@@ -12,7 +12,7 @@ def report_keys(table):
 rule report:
     input:
         metrics=lambda w: table_runs(w.table, "metrics.json"),
-        logs=lambda w: table_runs(w.table, "log.csv"),
+        logs=lambda w: table_runs(w.table, "log.csv", trained_only=True),
     output:
         table="results/tables/{table}.tex",
         curves="results/plots/{table}_training_curves.png",

@@ -10,6 +10,8 @@ def option_files(wildcards):
 
 
 rule train:
+    wildcard_constraints:
+        method=TRAINED_METHOD,
     input:
         "data/prepared/{dataset}",
         option_files,
@@ -37,6 +39,8 @@ rule train:
 
 
 rule embed:
+    wildcard_constraints:
+        method=TRAINED_METHOD,
     input:
         checkpoint=f"{RUN_DIR}/checkpoint.pt",
         data="data/prepared/{dataset}",
@@ -50,3 +54,25 @@ rule embed:
     shell:
         "{DMLBENCH} embed $(dirname {input.checkpoint}) --manifest {input.data}/manifest.csv --out {output}"
         " --threads {threads} > {log} 2>&1"
+
+
+def ensemble_members(wildcards):
+    member, count = ENSEMBLES[wildcards.method]
+    return [f"results/runs/{wildcards.dataset}/{member}/seed{s}/embeddings.npz"
+            for s in member_seeds(int(wildcards.seed), count)]
+
+
+rule ensemble:
+    wildcard_constraints:
+        method=ENSEMBLE_METHOD,
+    input:
+        ensemble_members,
+    output:
+        f"{RUN_DIR}/embeddings.npz",
+    params:
+        tracked=tracked_params("ensemble", lambda w: [f"methods.{w.method}.base", f"methods.{w.method}.ensemble_members"]),
+    threads: 1
+    log:
+        "results/logs/ensemble/{dataset}/{method}/seed{seed}.log",
+    shell:
+        "{DMLBENCH} ensemble {input} --out {output} > {log} 2>&1"

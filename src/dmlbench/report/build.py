@@ -44,6 +44,7 @@ def build_report(
     recall_png: str | Path,
     label: str,
     references: bool = True,
+    log_runs: Sequence[RunDir] | None = None,
 ) -> None:
     """Write the comparison table and both plots for one table spec (what ``dmlbench report`` calls).
 
@@ -59,6 +60,8 @@ def build_report(
         recall_png: Recall@K against K.
         label: LaTeX ``\\label`` of the table.
         references: add the primary paper numbers of the table's methods and datasets.
+        log_runs: the runs whose ``log.csv`` the training-curves plot reads (default: all;
+            ensembles of trained runs have none).
 
     Raises:
         ValueError: runs outside the spec, seeds that contradict the caption, bad settings.
@@ -68,7 +71,7 @@ def build_report(
     _check_runs(runs, spec, settings["seeds"])
     caption = caption_text(settings)
     results = collect_runs(runs)
-    logs = load_logs(runs)
+    logs = load_logs(runs if log_runs is None else log_runs)
     paper_numbers = load_paper_numbers() if references else None
     write_table(table_path, render_comparison_table(results, spec, caption, label, references=paper_numbers))
     plot_training_curves(logs, curves_png, spec)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dmlbench.config import resolve_method, resolve_run, section
+from dmlbench.config import ensemble_spec, resolve_method, resolve_run, section
 
 from .build import build_report
 from .caption import merge_settings
@@ -73,4 +73,5 @@ def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_d
         curves_png=plots_dir / f"{table}_training_curves.png",
         recall_png=plots_dir / f"{table}_recall_at_k.png",
         label=f"tab:{table}",
+        log_runs=[run for run in runs if ensemble_spec(config, run.method) is None],
     )

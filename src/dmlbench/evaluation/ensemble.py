@@ -10,12 +10,11 @@ Member seeds of ensemble seed s with E members: ``s·E, …, s·E + E − 1`` (:
 so ensemble seed 0 reuses the single-network runs of seeds 0..E−1 and different ensemble seeds
 never share a member. Command line (one ``.npz`` per member, as written by ``dmlbench embed``)::
 
-    python -m dmlbench.methods.mpn_ensemble --out ENSEMBLE.npz MEMBER0.npz MEMBER1.npz ...
+    dmlbench ensemble MEMBER0.npz MEMBER1.npz ... --out ENSEMBLE.npz
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -99,15 +98,3 @@ def ensemble_files(member_paths: Sequence[str | Path], out_path: str | Path) -> 
     write_npz(out_path, **concatenate_members([load_embeddings_npz(p) for p in member_paths]))
     return out_path
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Concatenate the L2-normalised embeddings of E trained runs.")
-    parser.add_argument("members", nargs="+", help="embeddings.npz of each member run")
-    parser.add_argument("--out", required=True, help="the ensemble's embeddings.npz")
-    args = parser.parse_args(argv)
-    print(f"wrote {ensemble_files(args.members, args.out)}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
