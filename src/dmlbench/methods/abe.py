@@ -101,7 +101,7 @@ class PairBatchSampler(Sampler[list[int]]):
 
     >>> labels = np.repeat(np.arange(3), 2)
     >>> batch = next(iter(PairBatchSampler(labels, 2, torch.Generator().manual_seed(0))))
-    >>> len(batch), labels[batch[0]] == labels[batch[2]], labels[batch[1]] != labels[batch[3]]
+    >>> len(batch), bool(labels[batch[0]] == labels[batch[2]]), bool(labels[batch[1]] != labels[batch[3]])
     (4, True, True)
     """
 
