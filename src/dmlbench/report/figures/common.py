@@ -6,7 +6,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
 from dmlbench.config import ConfigError, resolve_method
+from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH
 
 RUNS_DIR = Path("results/runs")
 
@@ -48,3 +52,15 @@ def title_of(config: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
     """The figure title, else the dataset label."""
     dataset = config["datasets"][spec["dataset"]]
     return str(spec.get("title") or dataset.get("label", spec["dataset"]))
+
+
+def panel_grid(count: int, max_columns: int = 4) -> tuple[Figure, list[Axes]]:
+    """A figure with ``count`` panels in rows of at most ``max_columns`` (unused cells hidden), room
+    for a legend below; call inside the plots' style context."""
+    ncols = min(count, max_columns)
+    nrows = -(-count // ncols)
+    fig = Figure(figsize=(PANEL_WIDTH * ncols, PANEL_HEIGHT * nrows + LEGEND_HEIGHT), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax in axes[count:]:
+        ax.set_axis_off()
+    return fig, list(axes[:count])

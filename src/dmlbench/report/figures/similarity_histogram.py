@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from dmlbench.evaluation.evaluate import l2_normalise
 from dmlbench.evaluation.files import load_embeddings_npz
-from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH, _plain, _save, _style_context
+from dmlbench.report.plots import _plain, _save, _style_context
 
-from .common import check_methods, figure_seeds, method_label, require, run_file, title_of
+from .common import check_methods, figure_seeds, method_label, panel_grid, require, run_file, title_of
 
 PAIRS_PER_KIND = 20_000
 BINS = np.linspace(-1.0, 1.0, 81)
@@ -100,12 +99,7 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
     files = inputs(config, spec)
     handles: dict[str, Any] = {}
     with _style_context():
-        ncols = min(len(methods), 4)
-        nrows = -(-len(methods) // ncols)
-        fig = Figure(figsize=(PANEL_WIDTH * ncols, PANEL_HEIGHT * nrows + LEGEND_HEIGHT), layout="constrained")
-        axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-        for ax in axes[len(methods):]:
-            ax.set_axis_off()
+        fig, axes = panel_grid(len(methods))
         for ax, method, path in zip(axes, methods, files, strict=False):
             similarities = pair_similarities(load_embeddings_npz(path), np.random.default_rng(0))
             for kind in PAIR_KINDS:
