@@ -1,4 +1,4 @@
-"""DeML recipe (``recipe: deml``): hybrid-attention decoupled metric learning (Chen & Deng, ICCV 2019).
+"""DeML recipe (``recipe: deml``): hybrid-attention decoupled metric learning (Chen & Deng, CVPR 2019).
 
 Model: :class:`dmlbench.models.deml.DeMLNetwork` — I object-attention scales (each scale
 crops and zooms the random-walk OAM region of the previous scale's input) × J parallel

@@ -1,4 +1,4 @@
-"""The DeML network (Chen & Deng, ICCV 2019, §3, Fig. 2): I scales × J channel-attention learners.
+"""The DeML network (Chen & Deng, CVPR 2019, §3, Fig. 2): I scales × J channel-attention learners.
 
 Scale i has its own backbone (FNet^i + GNet^i; the authors' code gives every scale its
 own weights). Its input x^i is the image (i = 0) or the OAM crop of the previous scale's

@@ -1,4 +1,4 @@
-"""DeML's attention modules (Chen & Deng, ICCV 2019, §3.1–3.2): CAM, the random-walk OAM and crop-and-zoom.
+"""DeML's attention modules (Chen & Deng, CVPR 2019, §3.1–3.2): CAM, the random-walk OAM and crop-and-zoom.
 
 - :class:`ChannelAttention` (CAM, §3.2): spatial average pooling → FC C→64 → ReLU →
   FC 64→C → sigmoid → per-channel re-weighting of the feature map (a squeeze-excitation
