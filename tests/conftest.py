@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from PIL import Image
 
 from dmlbench.config import load_config, resolve_run
 from dmlbench.data.manifest import write_manifest
+from dmlbench.training.optim import parameter_groups
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,3 +60,9 @@ def tiny_run(params: dict, method: str = "triplet", seed: int = 0, epochs: int =
     training["image"].update(resize=24, test_crop=20, train_crop=20)
     training["sampler"].update(classes_per_batch=3, images_per_class=3, batches_per_epoch=2)
     return run
+
+
+def parameter_group_ids(model: torch.nn.Module) -> dict[str, set[int]]:
+    """The optimiser's parameter groups of ``model`` (no loss parameters): group name → parameter ids."""
+    groups = parameter_groups({"lr": 1.0, "head_lr_multiplier": 10.0}, model, torch.nn.Module())
+    return {group["name"]: {id(p) for p in group["params"]} for group in groups}

@@ -1,4 +1,4 @@
-"""Manifest, validation split, sampler and transforms."""
+"""Manifest, validation split, samplers and transforms."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from PIL import Image
 
 from dmlbench.data.dataset import ImageDataset
 from dmlbench.data.manifest import ManifestError, assert_split_counts, read_manifest, write_manifest
-from dmlbench.data.samplers import ClassBalancedBatchSampler
+from dmlbench.data.samplers import ClassBalancedBatchSampler, PairBatchSampler
 from dmlbench.data.splits import carve_validation
 from dmlbench.data.transforms import eval_transform, training_transform
 
@@ -92,6 +92,24 @@ def test_sampler_default_epoch_length_and_errors():
         ClassBalancedBatchSampler(labels, 5, 2, torch.Generator())
     with pytest.raises(ValueError, match="images_per_class ≥ 2"):
         ClassBalancedBatchSampler(labels, 2, 1, torch.Generator())
+
+
+def test_pair_sampler_gives_positive_then_negative_partners_and_is_seeded():
+    labels = np.repeat(np.arange(5), [2, 3, 4, 2, 5])
+    sampler = PairBatchSampler(labels, 6, torch.Generator().manual_seed(0), num_batches=20)
+    batches = list(sampler)
+    assert len(batches) == 20
+    for batch in batches:
+        anchors, partners = np.array(batch[:6]), np.array(batch[6:])
+        assert (labels[anchors[:3]] == labels[partners[:3]]).all() and (anchors[:3] != partners[:3]).all()
+        assert (labels[anchors[3:]] != labels[partners[3:]]).all()
+    seen = np.concatenate([b[6:9] for b in batches])
+    assert set(labels[seen]) == set(range(5))  # positives come from every class
+    again = list(PairBatchSampler(labels, 6, torch.Generator().manual_seed(0), num_batches=20))
+    assert again == batches  # a pure function of the generator
+    assert len(PairBatchSampler(labels, 2, torch.Generator())) == len(labels) // 4
+    with pytest.raises(ValueError, match="≥ 2 images"):
+        PairBatchSampler(np.array([0, 0, 1]), 2, torch.Generator())
 
 
 def test_transforms_and_dataset_read_greyscale_as_rgb(tmp_path: Path):

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from dmlbench.data.samplers import PairBatchSampler
 from dmlbench.losses import ContrastiveLoss, build_loss
 from dmlbench.losses.abe_divergence import ABELoss, divergence_loss, partner_contrastive, split_learners
 from dmlbench.methods import OptionsError, build_recipe
-from dmlbench.methods.abe import PairBatchSampler
 from dmlbench.models.abe import AttentionEnsemble, HeadsEnsemble
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.backbones.googlenet import build_googlenet
@@ -20,7 +20,7 @@ from dmlbench.models.heads import LinearEmbedding
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.trainer import train_run
 
-from conftest import tiny_run
+from conftest import parameter_group_ids, tiny_run
 
 ABE = {"label": "ABE", "recipe": "abe", "loss": {"name": "contrastive", "margin": 1.0}}
 
@@ -210,25 +210,6 @@ def test_heads_learners_are_separate_networks():
     assert all(p.grad is not None for head in model.extra_heads for p in head.parameters() if p.requires_grad)
 
 
-# ------------------------------------------------------------------------------ pair batches
-def test_pair_batches_have_positive_then_negative_partners():
-    labels = np.repeat(np.arange(5), [2, 3, 4, 2, 5])
-    sampler = PairBatchSampler(labels, 6, torch.Generator().manual_seed(0), num_batches=20)
-    batches = list(sampler)
-    assert len(batches) == 20
-    for batch in batches:
-        anchors, partners = np.array(batch[:6]), np.array(batch[6:])
-        assert (labels[anchors[:3]] == labels[partners[:3]]).all() and (anchors[:3] != partners[:3]).all()
-        assert (labels[anchors[3:]] != labels[partners[3:]]).all()
-    seen = np.concatenate([b[6:9] for b in batches])
-    assert set(labels[seen]) == set(range(5))  # positives come from every class
-    again = list(PairBatchSampler(labels, 6, torch.Generator().manual_seed(0), num_batches=20))
-    assert again == batches  # a pure function of the generator
-    assert len(PairBatchSampler(labels, 2, torch.Generator())) == len(labels) // 4
-    with pytest.raises(ValueError, match="≥ 2 images"):
-        PairBatchSampler(np.array([0, 0, 1]), 2, torch.Generator())
-
-
 # ------------------------------------------------------------------------------ the recipe
 def test_recipe_options_and_errors(params):
     recipe = build_recipe(abe_run(params, learners=4))
@@ -268,11 +249,25 @@ def test_training_is_deterministic_and_logs_the_terms(params, tiny_manifest, tmp
     assert log[0].endswith("metric_loss,divergence_loss,train_self_similarity") and len(log) == 3
 
 
+def two_learners(architecture: type, freeze_bn: bool = False) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """A 2-learner ensemble branching after stage2 (ABE: trunk = stage3) and its copied backbone stages."""
+    args = ("stage2", "stage3") if architecture is AttentionEnsemble else ("stage2",)
+    model = architecture(small_backbone(), 2, 4, *args, freeze_bn=freeze_bn)
+    return model, model.attention_trunk if architecture is AttentionEnsemble else model.extra_heads
+
+
 @pytest.mark.parametrize("architecture", [AttentionEnsemble, HeadsEnsemble])
 def test_frozen_batchnorm_covers_the_copied_stages(architecture):
-    args = ("stage2", "stage3") if architecture is AttentionEnsemble else ("stage2",)
-    model = architecture(small_backbone(), 2, 4, *args, freeze_bn=True).train()
-    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
-    copies = model.attention_trunk if architecture is AttentionEnsemble else model.extra_heads
+    model, copies = two_learners(architecture, freeze_bn=True)
+    norms = [m for m in model.train().modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in copies.modules())
     assert all(not m.training and not m.weight.requires_grad for m in norms)
+
+
+@pytest.mark.parametrize("architecture", [AttentionEnsemble, HeadsEnsemble])
+def test_copied_stages_train_at_the_backbone_lr(architecture):
+    model, copies = two_learners(architecture)
+    groups = parameter_group_ids(model)
+    copied = {id(p) for p in copies.parameters()}
+    assert copied and copied <= groups["backbone"]
+    assert {id(p) for p in model.embedding.parameters()} <= groups["head"]

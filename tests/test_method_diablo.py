@@ -25,7 +25,7 @@ from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.trainer import train_run
 
-from conftest import tiny_run
+from conftest import parameter_group_ids, tiny_run
 
 #: cut points of the tiny small_cnn per placement (post-attention branches one stage later, as in §4.1).
 CUTS = {"pre": {"feature_stage": "stage2", "phi_until": "stage3", "psi_until": "stage4"},
@@ -171,6 +171,13 @@ def test_psi_is_the_backbone_and_phi_its_own_copy():
     torch.testing.assert_close(model.phi.stage3[0].weight, model.backbone.body["stage3"][0].weight)
     head_ids = {id(p) for p in model.parameters()} - backbone_ids
     assert id(model.selection.dictionary) in head_ids
+
+
+def test_phi_trains_at_the_backbone_lr():
+    model = tiny_model()
+    groups = parameter_group_ids(model)
+    assert {id(p) for p in model.phi.parameters()} <= groups["backbone"]
+    assert id(model.selection.dictionary) in groups["head"]
 
 
 def test_freeze_bn_keeps_backbone_and_phi_batchnorm_frozen():

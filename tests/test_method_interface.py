@@ -177,6 +177,31 @@ def test_optimizer_puts_every_non_backbone_parameter_in_the_head_group(params):
     assert total == len([p for p in model.parameters() if p.requires_grad])
 
 
+class CopyingModel(torch.nn.Module):
+    """A backbone, a copy of one of its layers (``backbone_copies``) and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+        self.copy = copy.deepcopy(self.backbone[1])
+        self.head = torch.nn.Linear(3, 2)
+
+    def backbone_copies(self) -> list[torch.nn.Module]:
+        return [self.copy]
+
+
+def test_optimizer_trains_backbone_copies_at_the_backbone_lr():
+    from dmlbench.training.optim import parameter_groups
+
+    model = CopyingModel()
+    config = {"lr": 0.1, "head_lr_multiplier": 10.0}
+    groups = {g["name"]: g for g in parameter_groups(config, model, torch.nn.Module())}
+    assert groups["backbone"]["lr"] == 0.1 and groups["head"]["lr"] == pytest.approx(1.0)
+    ids = {name: {id(p) for p in group["params"]} for name, group in groups.items()}
+    assert ids["backbone"] == {id(p) for part in (model.backbone, model.copy) for p in part.parameters()}
+    assert ids["head"] == {id(p) for p in model.head.parameters()}
+
+
 def test_val_split_seed_seed_gives_one_class_split_per_run(params, tiny_manifest):
     from dmlbench.training.data import load_run_data
 

@@ -149,6 +149,10 @@ class AttentionEnsemble(_Ensemble):
             _glorot(layer)
         self._finish_init()
 
+    def backbone_copies(self) -> list[nn.Module]:
+        """The attention trunk C, a copy of backbone stages: trained at the backbone's learning rate."""
+        return [self.attention_trunk]
+
     def spatial_features(self, images: Tensor) -> Tensor:
         """S(x): (B, C, h, w), the output of stage ``branch_after``."""
         return self.backbone(images, until=self.branch_after)
@@ -204,6 +208,10 @@ class HeadsEnsemble(_Ensemble):
         for layer in self.embedding:
             _glorot(layer)
         self._finish_init()
+
+    def backbone_copies(self) -> list[nn.Module]:
+        """The heads G_1 … G_(M−1), copies of backbone stages: trained at the backbone's learning rate."""
+        return list(self.extra_heads)
 
     def forward(self, images: Tensor) -> Tensor:
         features = self.backbone(images, until=self.branch_after)

@@ -209,6 +209,10 @@ class DIABLO(nn.Module):
             freeze_batchnorm(self.phi)
         return self
 
+    def backbone_copies(self) -> list[nn.Module]:
+        """φ, a copy of backbone stages: trained at the backbone's learning rate."""
+        return [self.phi]
+
     def _psi(self, x: Tensor) -> Tensor:
         return self.backbone.stages(self.feature_stage, self.psi_until)(x)
 

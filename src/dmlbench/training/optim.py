@@ -18,14 +18,19 @@ OPTIMIZERS = {
 
 
 def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Module) -> list[dict[str, Any]]:
-    """Three groups with their own learning rates: the backbone (``model.backbone``, one
-    StagedBackbone or a ModuleList of them, ``lr``), every
-    other parameter of the model, such as embedding heads and attention modules (``lr ×
-    head_lr_multiplier``), and loss parameters such as proxies (``lr × loss_lr_multiplier``).
+    """Three groups with their own learning rates: the backbone (``lr``), every other parameter
+    of the model, such as embedding heads and attention modules (``lr × head_lr_multiplier``),
+    and loss parameters such as proxies (``lr × loss_lr_multiplier``).
+
+    The backbone group holds ``model.backbone`` (one StagedBackbone or a ModuleList of them)
+    and, for a model that trains its own copies of backbone stages (ABE's attention trunk,
+    M-heads' extra heads, DIABLO's φ), the modules its ``backbone_copies()`` returns: copies
+    initialised from pretrained stages are fine-tuned as backbone layers.
     Frozen parameters are left out; empty groups are dropped.
     """
     lr = config["lr"]
-    backbone = list(model.backbone.parameters())
+    copies = model.backbone_copies() if hasattr(model, "backbone_copies") else []
+    backbone = [p for module in (model.backbone, *copies) for p in module.parameters()]
     backbone_ids = {id(p) for p in backbone}
     rest = [p for p in model.parameters() if id(p) not in backbone_ids]
     groups = [
