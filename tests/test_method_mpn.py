@@ -23,13 +23,14 @@ from dmlbench.methods.mpn_batches import (
     refine_in_batches,
 )
 from dmlbench.cli import main
+from dmlbench.config import load_config, resolve_method, resolve_run
 from dmlbench.evaluation.ensemble import concatenate_members, ensemble_files, member_seeds
 from dmlbench.models.mpn import MessagePassingNetwork, MessagePassingStep, MultiHeadDotProductAttention
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.trainer import train_run
 
-from conftest import tiny_run
+from conftest import REPO, tiny_run
 
 
 # --- the attention step -------------------------------------------------------------------
@@ -298,6 +299,34 @@ def test_other_test_time_constructions_embed_every_image(params, construction):
     points = np.random.default_rng(2).normal(size=(20, 8)).astype(np.float32)
     rows = np.concatenate([b.outputs[b.outputs >= 0] for b in recipe.test_batches(points)])
     assert sorted(rows.tolist()) == list(range(20))
+
+
+# --- the paper overlay --------------------------------------------------------------------
+#: dataset → (lr, weight decay, temperature, steps, heads, P, K): the authors' configs (REFERENCE.md).
+PAPER_MPN = {
+    "cub200": (1.563663718906821e-4, 6.059722614369727e-06, 0.2, 1, 2, 6, 9),
+    "cars196": (3.6683239911604993e-4, 2.551918610962277e-09, 0.1111111111111, 2, 8, 10, 7),
+    "sop": (2.472471515853406e-4, 2.7650277063275255e-13, 0.6046908988578005, 1, 8, 15, 6),
+    "inshop": (1.1265974954242144e-4, 1.0554824926510768e-07, 0.18591347176280537, 1, 4, 14, 4),
+}
+
+
+def test_paper_overlay_gives_mpn_the_authors_settings_per_dataset():
+    config = load_config([REPO / "params.yaml", REPO / "workflow" / "overlays" / "paper.yaml"])
+    for dataset, (lr, decay, temperature, steps, heads, p, k) in PAPER_MPN.items():
+        run = resolve_run(config, dataset, "mpn", 0)
+        training, method = run["training"], run["method_config"]
+        assert (training["optimizer"]["name"], training["optimizer"]["lr"], training["optimizer"]["weight_decay"]) \
+            == ("radam", lr, decay), dataset
+        assert (training["sampler"]["classes_per_batch"], training["sampler"]["images_per_class"]) == (p, k), dataset
+        assert (training["embedding_dim"], training["epochs"]) == (512, 70), dataset
+        assert (method["loss"]["temperature"], method["options"]["steps"], method["options"]["heads"]) \
+            == (temperature, steps, heads), dataset
+        build_recipe(run)  # the options and the loss parse
+    # an ablation's own options win over the base's per-dataset ones; its other settings follow the dataset
+    ablation = resolve_method(config, "mpn_l1_h1", "cars196")
+    assert (ablation["options"]["steps"], ablation["options"]["heads"], ablation["loss"]["temperature"]) \
+        == (1, 1, PAPER_MPN["cars196"][2])
 
 
 # --- ensembles ----------------------------------------------------------------------------
