@@ -137,5 +137,6 @@ def test_rerun_overwrites_manifest_atomically(tmp_path):
     fake = make_sop(tmp_path / "raw")
     first = prepare_dataset(fake.config("sop"), tmp_path / "out").read_bytes()
     assert prepare_dataset(fake.config("sop"), tmp_path / "out").read_bytes() == first
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["manifest.csv"]
+    # no temporary files left
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["manifest.csv", "super_classes.csv"]
 

@@ -4,9 +4,15 @@
 
 def option_files(wildcards):
     """Files named by the run's method options (keys ending in `_file`, e.g. D&C's class_groups_file):
-    inputs of the run, so editing one reruns it."""
+    inputs of the run, so editing one reruns it. A file that `prepare` writes into the dataset's
+    folder (SOP's super_classes.csv) comes with that folder, already an input."""
     options = resolve_method(config, wildcards.method, wildcards.dataset).get("options", {})
-    return [value for key, value in options.items() if key.endswith("_file") and value]
+    prepared = Path(f"data/prepared/{wildcards.dataset}")
+    return [
+        value
+        for key, value in options.items()
+        if key.endswith("_file") and value and prepared not in Path(value).parents
+    ]
 
 
 rule train:
