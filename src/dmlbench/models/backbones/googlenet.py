@@ -50,6 +50,7 @@ GOOGLENET_STD = (0.5, 0.5, 0.5)
 
 GOOGLENET_LAYOUT = WeightLayout(
     name="torchvision GoogLeNet",
+    backbone="googlenet",
     checkpoint_key=renamed_prefixes({"stem.": ""}),
     ignored_prefixes=("aux1.", "aux2.", "fc."),
     imagenet={"IMAGENET1K_V1": RemoteFile(GoogLeNet_Weights.IMAGENET1K_V1.url)},

@@ -30,6 +30,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 RESNET50_LAYOUT = WeightLayout(
     name="torchvision ResNet-50",
+    backbone="resnet50",
     checkpoint_key=renamed_prefixes({"stem.": ""}),
     ignored_prefixes=("fc.",),
     imagenet={

@@ -84,6 +84,7 @@ class WeightLayout:
 
     Args:
         name: the layout, for messages (e.g. "torchvision ResNet-50").
+        backbone: the backbone's registry name (``training.backbone.name``), for messages.
         checkpoint_key: maps a key of the backbone's ``body`` state dict
             (e.g. ``stem.conv1.weight``) to the checkpoint's (``conv1.weight``).
         ignored_prefixes: checkpoint keys that are not part of the backbone
@@ -94,6 +95,7 @@ class WeightLayout:
     """
 
     name: str
+    backbone: str
     checkpoint_key: Callable[[str], str]
     ignored_prefixes: tuple[str, ...] = ()
     imagenet: Mapping[str, RemoteFile] = field(default_factory=dict)
@@ -147,7 +149,12 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _imagenet_file(spec: str, layout: WeightLayout) -> WeightsFile:
+def imagenet_remote(spec: str, layout: WeightLayout) -> tuple[str, RemoteFile]:
+    """``(variant, published file)`` of an ``imagenet[:VARIANT]`` spec; plain ``imagenet`` is the first variant.
+
+    Raises:
+        PretrainedWeightsError: the backbone has no published weights, or the variant is unknown.
+    """
     if not layout.imagenet:
         raise PretrainedWeightsError(
             f"{layout.name}: no published ImageNet weights are known for this backbone; "
@@ -159,16 +166,20 @@ def _imagenet_file(spec: str, layout: WeightLayout) -> WeightsFile:
             f"{layout.name}: unknown ImageNet weights {spec!r}; known: "
             + ", ".join(f"imagenet:{v}" for v in layout.imagenet)
         )
-    remote = layout.imagenet[variant]
+    return variant, layout.imagenet[variant]
+
+
+def _imagenet_file(spec: str, layout: WeightLayout) -> WeightsFile:
+    variant, remote = imagenet_remote(spec, layout)
     directory = hub_checkpoint_dir()
     path = directory / remote.filename
     if not path.is_file():
         raise PretrainedWeightsError(
             f"{layout.name}: ImageNet weights ({variant}) not found at {path}. dmlbench never downloads "
-            f"weights at run time: download {remote.url} into {directory} (that is "
-            f"$TORCH_HOME/hub/checkpoints; TORCH_HOME defaults to ~/.cache/torch), e.g.\n"
-            f"  mkdir -p {directory} && curl -L -o {path} {remote.url}\n"
-            f"or set training.backbone.pretrained to the path of a local copy"
+            f"weights at run time; fetch them once (checksummed) with\n"
+            f"  dmlbench download-weights {layout.backbone} --weights {spec}\n"
+            f"or download {remote.url} into {directory} ($TORCH_HOME/hub/checkpoints; TORCH_HOME "
+            f"defaults to ~/.cache/torch), or set training.backbone.pretrained to the path of a local copy"
         )
     return WeightsFile(path, remote.hash_prefix, f"pretrained: {spec}")
 
