@@ -21,12 +21,12 @@ archives when missing, and an archive whose sha256 differs from the one
 recorded at its extraction is extracted again.
 
 Checksums: a pinned ``sha256`` is authoritative; it may be a prefix of at
-least 8 hex digits, as in torch hub file names (``resnet50-0676ba61.pth``). Where only the ``md5`` that
-the community has used for years is known, it verifies the file instead and
-the sha256 is printed so that it can be pinned. Where neither is known the
-sha256 is printed and the file is refused unless ``allow_unverified=True``
-(``dmlbench download --allow-unverified``); the part file is kept, so the
-re-run does not download it again.
+least 8 hex digits, as in torch hub file names (``resnet50-0676ba61.pth``).
+Where only the ``md5`` that the community has used for years is known, it
+verifies the file instead and the sha256 is printed so that it can be pinned.
+Where neither is known the sha256 is printed and the file is refused unless
+``allow_unverified=True`` (``dmlbench download --allow-unverified``); the part
+file is kept, so the re-run does not download it again.
 """
 
 from __future__ import annotations
