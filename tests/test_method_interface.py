@@ -19,7 +19,7 @@ from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.trainer import train_run
 
-from conftest import tiny_run
+from conftest import parameter_group_ids, tiny_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +197,7 @@ def test_optimizer_trains_backbone_copies_at_the_backbone_lr():
     config = {"lr": 0.1, "head_lr_multiplier": 10.0}
     groups = {g["name"]: g for g in parameter_groups(config, model, torch.nn.Module())}
     assert groups["backbone"]["lr"] == 0.1 and groups["head"]["lr"] == pytest.approx(1.0)
-    ids = {name: {id(p) for p in group["params"]} for name, group in groups.items()}
+    ids = parameter_group_ids(model)
     assert ids["backbone"] == {id(p) for part in (model.backbone, model.copy) for p in part.parameters()}
     assert ids["head"] == {id(p) for p in model.head.parameters()}
 

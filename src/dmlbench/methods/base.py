@@ -16,7 +16,10 @@ Contract of the model a recipe builds (:meth:`Recipe.build_model`):
 - ``forward(images)``: (B, 3, H, W) RGB in [0, 1] → (B, d) float embeddings,
   unit-norm rows, or unit-norm per learner slice for multi-learner models;
 - ``learner_slices``: None, or the [start, stop) column range of each learner
-  (evaluation reports each learner's metrics and their self-pair similarity).
+  (evaluation reports each learner's metrics and their self-pair similarity);
+- optionally ``backbone_copies()``: modules outside ``backbone`` that are copies of
+  backbone stages (ABE's attention trunk, M-heads' extra heads, DIABLO's φ); they
+  join the ``backbone`` group.
 """
 
 from __future__ import annotations
