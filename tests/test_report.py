@@ -455,3 +455,46 @@ def test_aggregate_std_is_sample_std(two_by_two: list[RunDir]) -> None:
     summary = aggregate_over_seeds(collect_runs(two_by_two)).set_index(["method", "metric"])
     assert summary.loc[("a", "R@1"), "std"] == pytest.approx(math.sqrt(2 * 0.01**2 / 1))
     assert summary.loc[("a", "R@1"), "n"] == 2
+
+
+# ------------------------------------------------------------- mechanism health
+
+
+def test_a_run_whose_mechanism_did_not_engage_marks_every_cell_of_its_method(tmp_path: Path) -> None:
+    """Method a: seed 1 has uniform attention (entropy ratio 0.999 > 0.95) → its cells carry the dagger
+    and the caption names the seed, the bound and its meaning; method b passes in both seeds."""
+    from dmlbench.methods.health import HealthCheck
+
+    runs = [
+        make_run(tmp_path / "runs", "synthetic", m, s, {"R@1": 0.5, "R@2": 0.6, "health/entropy_ratio": ratio})
+        for (m, s), ratio in {("a", 0): 0.4, ("a", 1): 0.999, ("b", 0): 0.3, ("b", 1): 0.5}.items()
+    ]
+    check = HealthCheck("health/entropy_ratio", maximum=0.95, meaning="attention stays uniform")
+    spec = spec_for(["synthetic"], ["a", "b"], ["R@1", "R@2"])
+    out = tmp_path / "out"
+    dead = build_report(runs, spec, SETTINGS, table_path=out / "t.tex", curves_png=out / "c.png",
+                        recall_png=out / "r.png", label="t",
+                        health_checks={("synthetic", "a"): [check], ("synthetic", "b"): [check]})
+    tex = (out / "t.tex").read_text()
+    assert dead == {("synthetic", "a"): ["seed 1: health/entropy_ratio <= 0.95 (got 0.999): attention stays uniform"]}
+    assert all(cell.endswith("\\textsuperscript{\\dag}") for cell in table_row(tex, "a"))
+    assert not any("dag" in cell for cell in table_row(tex, "b"))
+    assert "seed 1: health/entropy\\_ratio \\textless{}= 0.95 (got 0.999): attention stays uniform" in tex
+
+
+def test_a_health_number_that_was_not_recorded_counts_as_dead(tmp_path: Path, two_by_two: list[RunDir]) -> None:
+    from dmlbench.methods.health import HealthCheck
+    from dmlbench.report.health import dead_cells
+
+    check = HealthCheck("health/mask_std", minimum=0.05, meaning="masks constant")
+    dead = dead_cells(collect_runs(two_by_two), {("synthetic", "b"): [check]})
+    assert list(dead) == [("synthetic", "b")] and all("not recorded" in f for f in dead[("synthetic", "b")])
+
+
+def test_a_health_check_needs_a_bound_in_order() -> None:
+    from dmlbench.methods.health import HealthCheck
+
+    with pytest.raises(ValueError, match="give a minimum, a maximum or both"):
+        HealthCheck("health/x")
+    with pytest.raises(ValueError, match="minimum 1 > maximum 0"):
+        HealthCheck("health/x", minimum=1.0, maximum=0.0)

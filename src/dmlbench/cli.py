@@ -139,7 +139,11 @@ def cmd_report(args: argparse.Namespace) -> None:
     from dmlbench.report.pipeline import report_table
 
     config = load_config(args.config)
-    report_table(config, args.table, RUNS_DIR, Path(args.tables_dir), Path(args.plots_dir))
+    dead = report_table(config, args.table, RUNS_DIR, Path(args.tables_dir), Path(args.plots_dir))
+    for (dataset, method), failures in dead.items():
+        for failure in failures:
+            print(f"dmlbench report {args.table}: warning: {method} on {dataset}: mechanism did not engage: "
+                  f"{failure}", file=sys.stderr)
 
 
 def cmd_figure(args: argparse.Namespace) -> None:

@@ -35,6 +35,7 @@ from torch import nn
 from dmlbench.data.dataset import ImageDataset
 from dmlbench.data.samplers import ClassBalancedBatchSampler
 from dmlbench.losses import build_loss
+from dmlbench.methods.health import HealthCheck
 from dmlbench.methods.options import parse_options
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.embedder import Embedder
@@ -129,6 +130,12 @@ class Recipe:
     def summary(self) -> dict[str, float]:
         """Numbers about the whole training (finite floats), copied into ``metrics.json``."""
         return {}
+
+    def health_checks(self) -> list[HealthCheck]:
+        """The bounds that show this run's mechanism engaged (:mod:`dmlbench.methods.health`), for
+        its options (e.g. no divergence check when ``divergence_weight`` is 0). The report marks a
+        cell whose run fails one. Plain baselines have no mechanism to check."""
+        return []
 
     def state_dict(self) -> dict[str, Any]:
         """Recipe state that must survive an interruption (saved in the resume checkpoint)."""

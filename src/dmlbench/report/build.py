@@ -6,8 +6,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dmlbench.methods.health import HealthCheck
+
 from .caption import Varying, caption_text
 from .collect import RunDir, collect_runs, load_logs
+from .health import dead_caption, dead_cells
 from .latex import render_comparison_table, write_table
 from .paper_numbers import load_paper_numbers
 from .plots import plot_recall_at_k, plot_training_curves
@@ -45,7 +48,8 @@ def build_report(
     label: str,
     references: bool = True,
     log_runs: Sequence[RunDir] | None = None,
-) -> None:
+    health_checks: Mapping[tuple[str, str], Sequence[HealthCheck]] | None = None,
+) -> dict[tuple[str, str], list[str]]:
     """Write the comparison table and both plots for one table spec (what ``dmlbench report`` calls).
 
     Args:
@@ -62,6 +66,11 @@ def build_report(
         references: add the primary paper numbers of the table's methods and datasets.
         log_runs: the runs whose ``log.csv`` the training-curves plot reads (default: all;
             ensembles of trained runs have none).
+        health_checks: mechanism-health checks per (dataset, method) (the recipes'
+            :meth:`~dmlbench.methods.base.Recipe.health_checks`); failing cells are marked.
+
+    Returns:
+        The failed health checks per (dataset, method) (empty when every mechanism engaged).
 
     Raises:
         ValueError: runs outside the spec, seeds that contradict the caption, bad settings.
@@ -69,10 +78,13 @@ def build_report(
     """
     runs = list(runs)
     _check_runs(runs, spec, settings["seeds"])
-    caption = caption_text(settings)
     results = collect_runs(runs)
+    dead = dead_cells(results, health_checks or {})
+    caption = " ".join(filter(None, [caption_text(settings), dead_caption(dead, spec)]))
     logs = load_logs(runs if log_runs is None else log_runs)
     paper_numbers = load_paper_numbers() if references else None
-    write_table(table_path, render_comparison_table(results, spec, caption, label, references=paper_numbers))
+    write_table(table_path,
+                render_comparison_table(results, spec, caption, label, references=paper_numbers, dead=dead))
     plot_training_curves(logs, curves_png, spec)
     plot_recall_at_k(results, spec, recall_png)
+    return dead

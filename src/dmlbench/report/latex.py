@@ -10,6 +10,8 @@ Formatting decisions:
   higher-is-better) is bold; "best" compares the *displayed* (rounded) means, so cells
   that read the same are bold together; other columns are never bold;
 - a (method, dataset) without runs, or a metric a run did not report, is ``--``;
+- a cell whose (method, dataset) failed a mechanism-health check in any seed
+  (:mod:`.health`) carries :data:`DEAD_MARK`; the caption says which check failed;
 - reference rows (numbers printed in the papers, see :mod:`.paper_numbers`) follow
   under a ``\\midrule``, one row per (method, paper), only for datasets of the
   table; they are never bold and never part of the bold computation;
@@ -20,7 +22,7 @@ Formatting decisions:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,8 @@ from .spec import TableSpec
 
 WIDE_COLUMNS = 8
 MISSING = "--"
+#: Appended to the cells of a (method, dataset) whose mechanism did not engage (:mod:`.health`).
+DEAD_MARK = "\\textsuperscript{\\dag}"
 
 _LATEX_SPECIAL = {
     "\\": r"\textbackslash{}",
@@ -105,8 +109,9 @@ def _reference_rows(references: pd.DataFrame, spec: TableSpec) -> list[_Referenc
     return rows
 
 
-def _result_cells(results: pd.DataFrame, spec: TableSpec) -> list[list[str]]:
-    """Formatted cells per method (rows) and (dataset, metric) (columns), bold on the best."""
+def _result_cells(results: pd.DataFrame, spec: TableSpec, dead: Collection[tuple[str, str]] = ()) -> list[list[str]]:
+    """Formatted cells per method (rows) and (dataset, metric) (columns), bold on the best,
+    :data:`DEAD_MARK` on the (dataset, method) pairs in ``dead``."""
     summary = aggregate_over_seeds(results).set_index(["dataset", "method", "metric"])
     columns = [(dataset, metric) for dataset in spec.datasets for metric in spec.metrics[dataset]]
     grid: list[list[str]] = []
@@ -134,6 +139,10 @@ def _result_cells(results: pd.DataFrame, spec: TableSpec) -> list[list[str]]:
         for cells, means in zip(grid, shown, strict=True):
             if means[j] == best:
                 cells[j] = f"\\textbf{{{cells[j]}}}"
+    for method, cells in zip(spec.methods, grid, strict=True):
+        for j, (dataset, _) in enumerate(columns):
+            if (dataset, method) in dead and cells[j] != MISSING:
+                cells[j] += DEAD_MARK
     return grid
 
 
@@ -143,6 +152,7 @@ def render_comparison_table(
     caption: str,
     label: str,
     references: pd.DataFrame | None = None,
+    dead: Collection[tuple[str, str]] = (),
 ) -> str:
     """Render the comparison table as LaTeX (needs ``booktabs`` and ``graphicx``).
 
@@ -156,12 +166,14 @@ def render_comparison_table(
         label: the ``\\label`` key (escaping is not applied; use e.g. ``tab:main``).
         references: paper numbers from
             :func:`~dmlbench.report.paper_numbers.load_paper_numbers`; None for no reference rows.
+        dead: (dataset, method) pairs whose mechanism did not engage (:func:`.health.dead_cells`);
+            their cells get :data:`DEAD_MARK` (the caption must explain it, :func:`.health.dead_caption`).
 
     Returns:
         The LaTeX source of one ``table``/``table*`` environment, ending in a newline.
     """
     columns = [(dataset, metric) for dataset in spec.datasets for metric in spec.metrics[dataset]]
-    grid = _result_cells(results, spec)
+    grid = _result_cells(results, spec, dead)
     reference_rows = [] if references is None else _reference_rows(references, spec)
     if reference_rows:
         caption = (

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.config import ensemble_spec, resolve_method, resolve_run, section
+from dmlbench.methods import build_recipe
+from dmlbench.methods.health import HealthCheck
 
 from .build import build_report
 from .caption import merge_settings
@@ -51,8 +53,21 @@ def run_settings(run: Mapping[str, Any], seeds: list[int], dataset_label: str) -
     }
 
 
-def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path, plots_dir: Path) -> None:
-    """Write ``tables_dir/<table>.tex`` and ``plots_dir/<table>_{training_curves,recall_at_k}.png``."""
+def health_checks(config: Mapping[str, Any], dataset: str, method: str, seed: int) -> list[HealthCheck]:
+    """The mechanism-health checks of a method's runs on a dataset (its recipe's, for its options);
+    none for an ensemble of trained runs (its members' runs carry them)."""
+    if ensemble_spec(config, method) is not None:
+        return []
+    return build_recipe(resolve_run(config, dataset, method, seed)).health_checks()
+
+
+def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path,
+                 plots_dir: Path) -> dict[tuple[str, str], list[str]]:
+    """Write ``tables_dir/<table>.tex`` and ``plots_dir/<table>_{training_curves,recall_at_k}.png``.
+
+    Returns:
+        The failed mechanism-health checks per (dataset, method) (marked in the table).
+    """
     spec = table_spec(config, table)
     seeds = list(section(config, "tables", table).get("seeds", config["seeds"]))
     settings_by_run = {
@@ -67,11 +82,12 @@ def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_d
     runs = [
         RunDir(d, m, s, runs_dir / d / m / f"seed{s}") for d in spec.datasets for m in spec.methods for s in seeds
     ]
-    build_report(
+    return build_report(
         runs, spec, settings,
         table_path=tables_dir / f"{table}.tex",
         curves_png=plots_dir / f"{table}_training_curves.png",
         recall_png=plots_dir / f"{table}_recall_at_k.png",
         label=f"tab:{table}",
         log_runs=[run for run in runs if ensemble_spec(config, run.method) is None],
+        health_checks={(d, m): health_checks(config, d, m, seeds[0]) for d in spec.datasets for m in spec.methods},
     )
