@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from dmlbench.data.images import parse_bbox
 from dmlbench.data.manifest import read_manifest
 from dmlbench.data.registry import prepare_dataset
 from dmlbench.data.synthetic import (
@@ -136,8 +137,8 @@ def test_one_part_change_only_changes_that_part() -> None:
     params = RenderParams(image_size=64, noise_amplitude=0.0)
     base = tuple(Part(p, "circle", "red", "solid") for p in PART_NAMES)
     changed = (Part("head", "square", "red", "solid"), *base[1:])
-    a = render_image(base, params, np.random.default_rng(3)).astype(int)
-    b = render_image(changed, params, np.random.default_rng(3)).astype(int)
+    a = render_image(base, params, np.random.default_rng(3)).image.astype(int)
+    b = render_image(changed, params, np.random.default_rng(3)).image.astype(int)
     rows, cols = np.nonzero(np.abs(a - b).sum(axis=2))
     assert len(rows) > 0
     assert rows.max() - rows.min() < 20 and cols.max() - cols.min() < 20  # a part is ~13 px wide at 64 px
@@ -149,3 +150,30 @@ def test_golden_bytes(tmp_path: Path) -> None:
     ours = {k: v for k, v in _digests(tmp_path).items() if k != "manifest.csv"}  # manifest.csv: manifest.py's format
     combined = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in ours.items()).encode()).hexdigest()
     assert combined == "49f8e35fc6e19b9596fcb8b63143843248e36644b027a026383d02d941783171"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_box_covers_the_rendered_object(seed: int) -> None:
+    """Two classes whose parts differ in colour and texture (same shapes), same instance randomness,
+    no distractors: the pixels that differ are the parts; the box holds all of them and is not much
+    larger than their extent (the body lies between the parts). The box is the same for both."""
+    params = RenderParams(image_size=64, num_distractors=0, noise_amplitude=0.0)
+    a = render_image(tuple(Part(p, "circle", "red", "solid") for p in PART_NAMES), params, np.random.default_rng(seed))
+    b = render_image(tuple(Part(p, "circle", "blue", "checker") for p in PART_NAMES), params,
+                     np.random.default_rng(seed))
+    rows, cols = np.nonzero(np.abs(a.image.astype(int) - b.image.astype(int)).sum(axis=2))
+    x, y, w, h = a.box
+    assert a.box == b.box and w > 0 and h > 0
+    assert x <= cols.min() and cols.max() < x + w and y <= rows.min() and rows.max() < y + h
+    extent = (cols.max() + 1 - cols.min()) * (rows.max() + 1 - rows.min())
+    assert w * h <= 1.3 * extent
+
+
+def test_manifest_carries_each_object_box(tmp_path: Path) -> None:
+    manifest = read_manifest(prepare(TINY, tmp_path))
+    boxes = np.array([parse_bbox(text) for text in manifest["bbox"]])
+    assert boxes.shape == (len(manifest), 4)
+    x, y, w, h = boxes.T
+    assert (x >= 0).all() and (y >= 0).all() and (x + w <= 32).all() and (y + h <= 32).all()
+    assert (w * h > 0.1 * 32 * 32).all() and (w * h < 32 * 32).all()  # an object, not the whole image
+    assert len(set(map(tuple, boxes))) > len(boxes) // 2  # follows each instance's pose

@@ -51,7 +51,11 @@ Output under ``out_dir`` (see :func:`prepare`)::
 
     images/<label:03d>_<class_name>/<image:03d>.png
     classes.csv     label, class_name, family, split, <part>_shape, <part>_colour, <part>_texture ...
-    manifest.csv    path, label, class_name, split   (written last)
+    manifest.csv    path, label, class_name, split, bbox   (written last)
+
+``bbox`` is the object's box (body and parts, ignoring occluders) in the
+manifest's format ``"x y w h"``, whole pixels of the image file (as CUB's
+``bounding_boxes.txt``); see :class:`~dmlbench.data.synthetic_render.RenderedImage`.
 
 PNG files are written by :func:`encode_png` (uncompressed deflate blocks), so
 their bytes depend only on the pixels, which depend only on the
@@ -75,6 +79,7 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.atomic import atomic_output
+from dmlbench.data.images import format_bbox
 from dmlbench.data.manifest import write_manifest
 from dmlbench.data.synthetic_render import COLOURS, PART_NAMES, SHAPES, TEXTURES, Part, RenderParams, render_image
 
@@ -357,10 +362,10 @@ def _write_images(classes: pd.DataFrame, cfg: SyntheticConfig, root: Path) -> pd
         (root / folder).mkdir(parents=True)
         parts = class_parts(cls, cfg.part_names)
         for index in range(cfg.images_per_class):
-            image = render_image(parts, cfg.render, image_rng(cfg.seed, cls["label"], index))
-            (root / folder / f"{index:03d}.png").write_bytes(encode_png(image))
+            rendered = render_image(parts, cfg.render, image_rng(cfg.seed, cls["label"], index))
+            (root / folder / f"{index:03d}.png").write_bytes(encode_png(rendered.image))
             rows.append({"path": f"{IMAGES_DIR}/{folder}/{index:03d}.png", "label": cls["label"],
-                         "class_name": cls["class_name"], "split": cls["split"]})
+                         "class_name": cls["class_name"], "split": cls["split"], "bbox": format_bbox(rendered.box)})
     return pd.DataFrame(rows)
 
 

@@ -17,6 +17,11 @@ Reproducibility across machines: random numbers come only from
 ``normal``), trigonometry only from :mod:`math` on scalars, and array maths
 only from IEEE-exact element-wise operations (+, −, ×, ÷, sqrt, floor), so
 the same seed gives the same pixels everywhere.
+
+:func:`render_image` also returns the object's bounding box: the pixels that
+any supersampled sample of the body or a part covers (occluders and
+distractors ignored), computed from the shapes alone, so it draws nothing
+from the random stream and leaves the pixels unchanged.
 """
 
 from __future__ import annotations
@@ -102,6 +107,20 @@ class Part(NamedTuple):
     shape: str
     colour: str
     texture: str
+
+
+class RenderedImage(NamedTuple):
+    """One rendered image and where its object is.
+
+    Attributes:
+        image: (image_size, image_size, 3) uint8 RGB.
+        box: ``(x, y, w, h)`` integer pixels, the tightest pixel-aligned box around every
+            pixel the object (body and parts) covers at least partly, clipped to the image;
+            occluders in front of the object do not shrink it.
+    """
+
+    image: np.ndarray
+    box: tuple[int, int, int, int]
 
 
 class _Shape(NamedTuple):
@@ -278,7 +297,27 @@ def _block_sum(canvas: np.ndarray) -> np.ndarray:
     return sum(rows[:, i::SUPERSAMPLE] for i in range(1, SUPERSAMPLE)) + rows[:, 0::SUPERSAMPLE]
 
 
-def render_image(parts: tuple[Part, ...], params: RenderParams, rng: np.random.Generator) -> np.ndarray:
+def _object_box(shapes: list[_Shape], size: int) -> tuple[int, int, int, int]:
+    """``(x, y, w, h)`` pixels of the region the shapes cover, from a supersampled coverage canvas.
+
+    Args:
+        shapes: the object's shapes, in supersampled pixels.
+        size: image side in (output) pixels.
+    """
+    hi = size * SUPERSAMPLE
+    scratch = np.zeros((hi, hi, 3), dtype=np.uint8)
+    cover = np.zeros((hi, hi), dtype=np.uint8)
+    for shape in shapes:
+        _paint(scratch, cover, shape, 0.0)
+    rows, cols = np.flatnonzero(cover.any(1)), np.flatnonzero(cover.any(0))
+    if not len(rows):
+        return 0, 0, 0, 0
+    y0, y1 = int(rows[0]) // SUPERSAMPLE, int(rows[-1]) // SUPERSAMPLE + 1
+    x0, x1 = int(cols[0]) // SUPERSAMPLE, int(cols[-1]) // SUPERSAMPLE + 1
+    return x0, y0, x1 - x0, y1 - y0
+
+
+def render_image(parts: tuple[Part, ...], params: RenderParams, rng: np.random.Generator) -> RenderedImage:
     """Render one instance of the class whose parts are ``parts``.
 
     Args:
@@ -287,7 +326,7 @@ def render_image(parts: tuple[Part, ...], params: RenderParams, rng: np.random.G
         rng: the source of all randomness of this image.
 
     Returns:
-        (image_size, image_size, 3) uint8 RGB array.
+        The image ((image_size, image_size, 3) uint8 RGB) and its object box.
     """
     size = params.image_size
     hi = size * SUPERSAMPLE
@@ -306,4 +345,4 @@ def render_image(parts: tuple[Part, ...], params: RenderParams, rng: np.random.G
     alpha = (_block_sum(cover_px) / n_sub)[:, :, None]
     composite = _block_sum(colour_px) / n_sub + background * (1.0 - alpha)
     lit = _apply_lighting(composite, params, rng)
-    return np.clip(np.rint(lit), 0, 255).astype(np.uint8)
+    return RenderedImage(np.clip(np.rint(lit), 0, 255).astype(np.uint8), _object_box(obj, size))
