@@ -17,10 +17,12 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/figure.smk"
+include: "workflow/rules/claims.smk"
 
 
 rule all:
     input:
         expand("results/tables/{table}.tex", table=list(config["tables"])),
         expand("results/plots/{figure}.png", figure=list(config.get("figures", {}))),
+        ["results/tables/claims.tex"] if config.get("claims") else [],
     default_target: True

@@ -7,6 +7,7 @@
     dmlbench embed RUN_DIR                         → RUN_DIR/embeddings.npz
     dmlbench evaluate EMBEDDINGS.npz --out METRICS.json
     dmlbench report TABLE                          → results/tables/TABLE.tex + results/plots/TABLE_*.png
+    dmlbench claims                                → results/tables/claims.{tex,md,csv}
     dmlbench info backbones                        stages and output shapes of every backbone
 
 Parameters come from ``--config`` files (default ``params.yaml``; more files are
@@ -146,6 +147,19 @@ def cmd_report(args: argparse.Namespace) -> None:
                   f"{failure}", file=sys.stderr)
 
 
+def cmd_claims(args: argparse.Namespace) -> None:
+    from dmlbench.report.claims import claims_of, write_claims
+    from dmlbench.report.pipeline import health_checks
+
+    config = load_config(args.config)
+    dataset, claims = claims_of(config)
+    methods = sorted({m for claim in claims for m in (claim.higher, claim.lower)})
+    checks = {m: health_checks(config, dataset, m, config["seeds"][0]) for m in methods}
+    table = write_claims(config, RUNS_DIR, Path(args.tables_dir), checks)
+    print(f"claims: {int(table['holds'].sum())} of {len(table)} hold in direction; "
+          f"wrote {Path(args.tables_dir) / 'claims.tex'} (.md, .csv)")
+
+
 def cmd_figure(args: argparse.Namespace) -> None:
     from dmlbench.report.figures import render_figure
 
@@ -235,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plots-dir", default="results/plots")
     with_config(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("claims", help="the papers' claims re-measured on finished runs (params 'claims')")
+    p.add_argument("--tables-dir", default="results/tables", help="where claims.tex, .md and .csv go")
+    with_config(p)
+    p.set_defaults(func=cmd_claims)
 
     p = sub.add_parser("figure", help="draw a figure of an experiment (figures.FIGURE) from finished runs")
     p.add_argument("figure", help="a key of the 'figures' params section, e.g. abe_fig5")

@@ -109,6 +109,9 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
         from dmlbench.report.figures import check_figure
 
         check_figure(config, figure_name, source)
+    from dmlbench.report.claims import check_claims
+
+    check_claims(config, source)
 
 
 def load_config(paths: Sequence[str | Path]) -> dict[str, Any]:

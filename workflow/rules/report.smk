@@ -10,6 +10,9 @@ def report_keys(table):
 
 
 rule report:
+    wildcard_constraints:
+        # only the table specs (results/tables/claims.tex is rule claims')
+        table="|".join(config["tables"]),
     input:
         metrics=lambda w: table_runs(w.table, "metrics.json"),
         logs=lambda w: table_runs(w.table, "log.csv", trained_only=True),
