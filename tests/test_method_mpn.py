@@ -13,6 +13,8 @@ import torch.nn.functional as F
 
 from dmlbench.losses.mpn_cross_entropy import MPNCrossEntropyLoss, MPNLossConfig, tempered_cross_entropy
 from dmlbench.methods import OptionsError, build_recipe
+from dmlbench.methods.health import failed_checks
+from dmlbench.methods.mpn import MAX_ENTROPY_RATIO, MIN_SAME_CLASS_RATIO, attention_health
 from dmlbench.methods.mpn_batches import (
     GraphBatch,
     cluster_batches,
@@ -26,6 +28,7 @@ from dmlbench.cli import main
 from dmlbench.config import load_config, resolve_method, resolve_run
 from dmlbench.evaluation.ensemble import concatenate_members, ensemble_files, member_seeds
 from dmlbench.models.mpn import MessagePassingNetwork, MessagePassingStep, MultiHeadDotProductAttention
+from dmlbench.training.optim import build_optimizer
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.trainer import train_run
@@ -118,6 +121,103 @@ def test_mpn_is_permutation_equivariant_over_the_batch():
     z[0] += 1.0
     with torch.no_grad():
         assert not torch.allclose(mpn(z)[1:], mpn(x)[1:])
+
+
+def score_spread_at_init(node_scale: str, dim: int = 64, nodes: int = 32) -> float:
+    """Mean over receivers of the std of the scaled scores, one step of 2 heads on unit-norm random nodes."""
+    torch.manual_seed(0)
+    mpn = MessagePassingNetwork(dim, steps=1, heads=2, node_scale=node_scale)
+    mpn(F.normalize(torch.randn(nodes, dim), dim=-1))
+    return mpn.steps[0].attention.last_scores.std(dim=-1).mean().item()
+
+
+def test_default_node_scale_lets_the_scores_spread_at_initialisation():
+    """Unit-norm 64-d nodes into q·k/√d: scores spread ≈ 0.004 (uniform attention); × √d: ≈ 0.23."""
+    assert score_spread_at_init("sqrt_dim") > 0.1
+    assert score_spread_at_init("unit") < 0.01
+    # the scores are bilinear in the nodes: × √d on both sides multiplies them by d = 64
+    assert score_spread_at_init("sqrt_dim") == pytest.approx(64 * score_spread_at_init("unit"), rel=1e-4)
+    with pytest.raises(ValueError, match="node scale"):
+        MessagePassingNetwork(8, node_scale="half")
+
+
+def train_on_neighbour_task(node_scale: str = "sqrt_dim", steps: int = 900, seed: int = 0) -> dict[str, float]:
+    """Train a 1-step, 1-head MPN + its classifier (no backbone) on batches where only the neighbours know
+    the class, and return :func:`attention_health` of a fresh batch.
+
+    Each batch: P = 4 of C = 16 classes × K = 4 nodes. The first half of a node (8 dims) is a random code
+    drawn anew for its class in every batch (same-class nodes match; useless to classify); the second
+    half holds the class centre on one node per class and zeros on the three others. Three quarters of
+    the nodes can only be classified by attending to the informative node of their class, and since 12
+    of 16 classes are absent, ruling the batch's other classes out does not work either.
+    """
+    half, classes, p, k = 8, 16, 4, 4
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    centres = F.normalize(torch.randn(classes, half, generator=generator), dim=-1)
+    informative = (torch.arange(p * k) % k == 0)[:, None]
+
+    def batch() -> tuple[torch.Tensor, torch.Tensor]:
+        labels = torch.randperm(classes, generator=generator)[:p].repeat_interleave(k)
+        codes = F.normalize(torch.randn(p, half, generator=generator), dim=-1).repeat_interleave(k, dim=0)
+        return F.normalize(torch.cat([codes, centres[labels] * informative], dim=1), dim=-1), labels
+
+    mpn = MessagePassingNetwork(2 * half, steps=1, heads=1, attention_dropout=0.0, dropout=0.0, node_scale=node_scale)
+    loss = MPNCrossEntropyLoss(classes, 2 * half, MPNLossConfig(temperature=0.5, label_smoothing=0.0, aux_weight=0.0))
+    mpn.backbone = torch.nn.Identity()  # the optimiser's groups: every MPN parameter is a head parameter
+    optimizer = build_optimizer({"name": "radam", "lr": 0.003, "weight_decay": 6e-6, "decoupled_weight_decay": True},
+                                mpn, loss)
+    for _ in range(steps):
+        nodes, labels = batch()
+        value = loss(nodes, mpn(nodes), labels)
+        optimizer.zero_grad()
+        value.backward()
+        optimizer.step()
+    nodes, labels = batch()
+    with torch.no_grad():
+        mpn(nodes)
+    return attention_health(mpn.steps[0].attention.last_scores, labels)
+
+
+def test_trained_attention_moves_to_the_nodes_own_class():
+    """Behavioural: the mechanism engages. Uniform attention has ratio 1 and entropy ratio 1; with the
+    paper's unit-norm nodes the same 900 steps end at ratio ≈ 1.7, entropy ratio ≈ 0.96."""
+    health = train_on_neighbour_task()
+    assert health["same_class_attention_ratio"] > 2.5
+    assert health["attention_entropy_ratio"] < 0.9
+
+
+# --- mechanism health ---------------------------------------------------------------------
+def test_attention_health_by_hand_on_four_nodes():
+    """Labels (0, 0, 1, 1), one head. Row 0 scores (0, ln 2, 0, 0): α = (1, 2, 1, 1)/5, same-class share
+    of the others 2/4; rows 1–3 uniform: 1/3 each. Uniform value (K − 1)/(B − 1) = 1/3."""
+    scores = torch.zeros(1, 4, 4)
+    scores[0, 0, 1] = math.log(2)
+    health = attention_health(scores, torch.tensor([0, 0, 1, 1]))
+    same = (0.5 + 3 * (1 / 3)) / 4
+    assert health["same_class_attention"] == pytest.approx(same)
+    assert health["same_class_attention_ratio"] == pytest.approx(same * 3)
+    row0 = -(3 * 0.2 * math.log(0.2) + 0.4 * math.log(0.4))
+    assert health["attention_entropy_ratio"] == pytest.approx((row0 + 3 * math.log(4)) / 4 / math.log(4))
+    assert health["attention_score_std"] == pytest.approx(torch.tensor([0.0, math.log(2), 0.0, 0.0]).std().item() / 4)
+    # attending to oneself is not a relation between images: the share is over the other nodes
+    selfish = torch.zeros(1, 4, 4) + torch.eye(4) * 10.0
+    assert attention_health(selfish, torch.tensor([0, 0, 1, 1]))["same_class_attention_ratio"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="another node of its class"):
+        attention_health(torch.zeros(3, 3), torch.tensor([0, 1, 2]))
+
+
+def test_health_checks_fail_on_uniform_attention_and_pass_on_a_healthy_one(params):
+    checks = build_recipe(mpn_run(params)).health_checks()
+    assert {c.key for c in checks} == {"health/same_class_attention_ratio", "health/attention_entropy_ratio"}
+    uniform = {"health/same_class_attention_ratio": 1.0, "health/attention_entropy_ratio": 1.0}
+    assert len(failed_checks(checks, uniform)) == 2
+    healthy = {"health/same_class_attention_ratio": MIN_SAME_CLASS_RATIO + 0.5,
+               "health/attention_entropy_ratio": MAX_ENTROPY_RATIO - 0.05}
+    assert failed_checks(checks, healthy) == []
+    ce_only = mpn_run(params)
+    ce_only["method_config"]["loss"]["mpn_weight"] = 0.0
+    assert build_recipe(ce_only).health_checks() == []  # no trained attention to check
 
 
 # --- losses -------------------------------------------------------------------------------
@@ -267,6 +367,7 @@ def test_ce_only_variant_builds_no_mpn(params):
     run["method_config"]["loss"]["mpn_weight"] = 0.0
     recipe = build_recipe(run)
     assert recipe.build_model().mpn is None and recipe.summary() == {"mpn_parameters": 0.0}
+    assert recipe.health_checks() == []
 
 
 def test_training_is_deterministic_and_mpn_test_embedding_differs(params, tiny_manifest, tmp_path):
@@ -278,15 +379,17 @@ def test_training_is_deterministic_and_mpn_test_embedding_differs(params, tiny_m
     for key in a["model"]:
         assert torch.equal(a["model"][key], b["model"][key]), key
     assert torch.equal(a["loss"]["mpn_classifier.weight"], b["loss"]["mpn_classifier.weight"])
-    log = (tmp_path / "a" / "log.csv").read_text().splitlines()
-    assert log[0].endswith("mpn_ce,aux_ce")
+    header = (tmp_path / "a" / "log.csv").read_text().splitlines()[0].split(",")
+    health = ["health/same_class_attention", "health/same_class_attention_ratio",
+              "health/attention_entropy_ratio", "health/attention_score_std"]
+    assert header[-6:] == ["mpn_ce", "aux_ce", *health]
+    assert set(health) <= set(a["summary"]) and all(math.isfinite(a["summary"][key]) for key in health)
     refined = np.load(embed_run(tmp_path / "a" / "checkpoint.pt", tiny_manifest, tmp_path / "mpn.npz"))
     backbone_run = copy.deepcopy(a)
     backbone_run["run"]["method_config"]["options"]["test_embedding"] = "backbone"
     torch.save(backbone_run, tmp_path / "backbone.pt")
     plain = np.load(embed_run(tmp_path / "backbone.pt", tiny_manifest, tmp_path / "backbone.npz"))
     assert refined["embeddings"].shape == plain["embeddings"].shape
-    np.testing.assert_allclose(np.linalg.norm(refined["embeddings"], axis=1), 1.0, rtol=1e-5)
     assert not np.allclose(refined["embeddings"], plain["embeddings"])
     stats = dict(zip(plain["stat_names"].tolist(), plain["stat_values"].tolist()))
     assert 0 < stats["mpn_parameters"] < stats["num_parameters"]
@@ -327,6 +430,25 @@ def test_paper_overlay_gives_mpn_the_authors_settings_per_dataset():
     ablation = resolve_method(config, "mpn_l1_h1", "cars196")
     assert (ablation["options"]["steps"], ablation["options"]["heads"], ablation["loss"]["temperature"]) \
         == (1, 1, PAPER_MPN["cars196"][2])
+
+
+def test_every_mpn_entry_decays_decoupled_at_the_authors_scale_with_scaled_nodes():
+    """params.yaml's mpn entry carries the fixes, so every mpn_* inherits them; the paper overlay keeps
+    decoupled decay with its per-dataset λ."""
+    config = load_config([REPO / "params.yaml"])
+    entries = [m for m, spec in config["methods"].items() if spec.get("recipe") == "mpn" or m.startswith("mpn")]
+    for method in (m for m in entries if "ensemble_members" not in config["methods"][m]):
+        run = resolve_run(config, "synthetic", method, 0)
+        optimizer = run["training"]["optimizer"]
+        assert (optimizer["name"], optimizer["weight_decay"], optimizer["decoupled_weight_decay"]) \
+            == ("radam", 6e-6, True), method
+        assert build_recipe(run).options.node_scale == "sqrt_dim", method
+    paper = load_config([REPO / "params.yaml", REPO / "workflow" / "overlays" / "paper.yaml"])
+    for dataset in PAPER_MPN:
+        assert resolve_run(paper, dataset, "mpn", 0)["training"]["optimizer"]["decoupled_weight_decay"] is True
+    cub_lite = load_config([REPO / "params.yaml", REPO / "workflow" / "overlays" / "cub_lite.yaml"])
+    optimizer = resolve_run(cub_lite, "cub200", "mpn", 0)["training"]["optimizer"]
+    assert (optimizer["weight_decay"], optimizer["decoupled_weight_decay"]) == (6e-6, True)
 
 
 # --- ensembles ----------------------------------------------------------------------------

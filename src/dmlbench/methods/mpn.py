@@ -19,7 +19,14 @@ both with ``test_embedding: mpn``.
 
 Where the paper and the authors' code differ, the paper is the default and the code an option:
 ``attention_scale``, ``output_projection``, ``input_projection`` (here), ``classifier_batchnorm``
-(loss). The classifiers live in the loss module because a recipe builds its model before the
+(loss). One default departs from both so that the attention can learn at all: ``node_scale:
+sqrt_dim`` feeds the MPN the unit-norm embeddings × √d (``unit``: as they are, paper and code; see
+:mod:`dmlbench.models.mpn`). The authors' RAdam decays the weights directly; here that is
+``training.optimizer.decoupled_weight_decay: true`` (set on the ``mpn`` entry).
+
+Mechanism health (when the MPN is trained, ``mpn_weight > 0``): per epoch and for the run, the
+attention's same-class mass (self excluded) against its uniform value and its entropy against the
+uniform entropy ln B (:func:`attention_health`); :meth:`MPNRecipe.health_checks` bounds both. The classifiers live in the loss module because a recipe builds its model before the
 number of training classes is known; they get ``lr × loss_lr_multiplier`` and are saved with the
 loss state.
 """
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import math
 
 import numpy as np
 import torch
@@ -38,6 +47,7 @@ from dmlbench.data.dataset import ImageDataset
 from dmlbench.evaluation.clustering import KMeansSettings, kmeans_assignments
 from dmlbench.losses.mpn_cross_entropy import MPNCrossEntropyLoss, MPNLossConfig
 from dmlbench.methods.base import Recipe, TrainContext
+from dmlbench.methods.health import HEALTH_PREFIX, HealthCheck
 from dmlbench.methods.mpn_batches import (
     GraphBatch,
     cluster_batches,
@@ -53,6 +63,48 @@ from dmlbench.training.model_stats import count_parameters
 
 LOSS_NAME = "mpn_cross_entropy"
 
+#: Lowest healthy ``health/same_class_attention_ratio``: the attention puts at least this multiple of
+#: the uniform share (K − 1)/(B − 1) on the other images of the node's class. Uniform attention is 1.
+MIN_SAME_CLASS_RATIO = 1.5
+#: Highest healthy ``health/attention_entropy_ratio`` = H(α_i) / ln B. Uniform attention is 1.
+MAX_ENTROPY_RATIO = 0.97
+
+
+def attention_health(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """Health numbers of the attention over one graph of B nodes, averaged over nodes and heads/steps.
+
+    Args:
+        scores: (..., B, B) scaled attention scores (softmax over the last axis = α; row = receiver),
+            any number of leading heads/steps; self loops included.
+        labels: (B,) class labels of the nodes.
+
+    Returns:
+        ``same_class_attention``: mean over rows of Σ_{j≠i, y_j=y_i} α_ij / Σ_{j≠i} α_ij, the share of
+        the attention on *other* nodes that goes to the node's class (self excluded, so attending to
+        oneself does not count); ``same_class_attention_ratio``: that mean / the uniform value, the
+        mean over nodes of (K_i − 1)/(B − 1) (K_i: nodes of i's class); ``attention_entropy_ratio``:
+        mean over rows of H(α_i) / ln B (1 = uniform); ``attention_score_std``: mean over rows of the
+        scores' standard deviation (0 = uniform).
+
+    Raises:
+        ValueError: fewer than 2 nodes, or no node has another node of its class.
+    """
+    n = labels.shape[0]
+    if n < 2:
+        raise ValueError(f"attention health needs a graph of at least 2 nodes, got {n}")
+    scores = scores.detach().float().reshape(-1, n, n)
+    alpha = torch.softmax(scores, dim=-1)
+    others = ~torch.eye(n, dtype=torch.bool, device=scores.device)
+    same_others = (labels[:, None] == labels[None, :]) & others
+    uniform = same_others.sum(-1).float().mean() / (n - 1)
+    if uniform == 0:
+        raise ValueError("attention health: no node of the graph has another node of its class")
+    to_others = (alpha * others).sum(-1).clamp_min(torch.finfo(alpha.dtype).tiny)
+    same = ((alpha * same_others).sum(-1) / to_others).mean()
+    entropy = -(alpha * torch.log_softmax(scores, dim=-1)).sum(-1).mean() / math.log(n)
+    return {"same_class_attention": float(same), "same_class_attention_ratio": float(same / uniform),
+            "attention_entropy_ratio": float(entropy), "attention_score_std": float(scores.std(dim=-1).mean())}
+
 
 @dataclass(frozen=True)
 class MPNOptions:
@@ -67,6 +119,9 @@ class MPNOptions:
         attention_scale: ``embedding``: scores / √d (paper, Eq. 3); ``head``: / √(d/M) (code).
         output_projection: a Linear d → d after concatenating the heads (code); the paper has none.
         input_projection: a Linear d → d on the embeddings before the first step (code); paper: none.
+        node_scale: ``sqrt_dim``: the MPN's nodes are the unit-norm embeddings × √d (unit RMS per
+            coordinate, so the scores spread at initialisation and the attention can learn; default);
+            ``unit``: as they are (paper, code: scores spread ≈ 0.004 at d = 64, attention stays uniform).
         test_embedding: ``backbone``: the L2-normalised backbone embedding (paper default);
             ``mpn``: the MPN-refined embedding over test batches built by ``test_batches``.
         test_batches: ``reciprocal_knn`` (appendix C.3), ``nearest_neighbours`` (C.2), ``kmeans`` (C.1).
@@ -88,6 +143,7 @@ class MPNOptions:
     attention_scale: Literal["embedding", "head"] = "embedding"
     output_projection: bool = False
     input_projection: bool = False
+    node_scale: Literal["sqrt_dim", "unit"] = "sqrt_dim"
     test_embedding: Literal["backbone", "mpn"] = "backbone"
     test_batches: Literal["reciprocal_knn", "nearest_neighbours", "kmeans"] = "reciprocal_knn"
     rknn_k: int = 30
@@ -108,6 +164,8 @@ class MPNOptions:
         for name in ("attention_dropout", "dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.node_scale not in ("sqrt_dim", "unit"):
+            raise ValueError(f"node_scale must be 'sqrt_dim' or 'unit', got {self.node_scale!r}")
         if not 0.0 <= self.rknn_alpha <= 1.0:
             raise ValueError(f"rknn_alpha must be in [0, 1], got {self.rknn_alpha}")
         if self.kmeans_images_per_cluster < 1.0:
@@ -120,6 +178,9 @@ class MPNRecipe(Recipe):
     """Backbone + MPN trained with cross-entropy on refined features (+ auxiliary CE); see the module doc."""
 
     options_class = MPNOptions
+    TEST_TIME_OPTIONS = frozenset({"test_embedding", "test_batches", "rknn_k", "rknn_alpha", "test_batch_size",
+                                   "test_chunk_size", "test_chunks_per_batch", "kmeans_images_per_cluster",
+                                   "test_seed"})
 
     def __init__(self, run: dict[str, Any]):
         super().__init__(run)
@@ -136,7 +197,8 @@ class MPNRecipe(Recipe):
         if self.uses_mpn and dim % self.options.heads:
             raise OptionsError(f"{where}.options.heads = {self.options.heads} must divide "
                                f"training.embedding_dim = {dim}")
-        self._terms: dict[str, list[torch.Tensor]] = {}
+        self._terms: dict[str, list[float]] = {}
+        self._last_epoch: dict[str, float] = {}
         self._mpn_parameters = 0
 
     @property
@@ -151,7 +213,7 @@ class MPNRecipe(Recipe):
         opts = self.options
         mpn = (MessagePassingNetwork(dim, opts.steps, opts.heads, opts.attention_dropout, opts.dropout,
                                      opts.ff_multiplier, opts.attention_scale, opts.output_projection,
-                                     opts.input_projection)
+                                     opts.input_projection, opts.node_scale)
                if self.uses_mpn else None)
         self._mpn_parameters = count_parameters(mpn) if mpn is not None else 0
         return MPNEmbedder(backbone, dim, mpn, freeze_bn=self.training["backbone"].get("freeze_bn", False))
@@ -165,7 +227,11 @@ class MPNRecipe(Recipe):
         features = model.features(images)
         refined = model.refine(F.normalize(features, dim=-1).unsqueeze(0)).squeeze(0) if loss.uses_mpn else None
         value = loss(features, refined, labels)
-        for name, term in loss.last_terms.items():
+        terms = {name: float(term) for name, term in loss.last_terms.items()}
+        if loss.uses_mpn:
+            scores = torch.stack([step.attention.last_scores for step in model.mpn.steps])
+            terms.update({HEALTH_PREFIX + k: v for k, v in attention_health(scores, labels).items()})
+        for name, term in terms.items():
             self._terms.setdefault(name, []).append(term)
         return value
 
@@ -174,12 +240,37 @@ class MPNRecipe(Recipe):
         self._terms = {}
 
     def epoch_log(self) -> dict[str, float]:
-        """Mean unweighted cross-entropies of the epoch: ``mpn_ce`` and/or ``aux_ce``."""
-        return {name: float(torch.stack(values).mean()) for name, values in self._terms.items()}
+        """Epoch means over the batches: the unweighted cross-entropies ``mpn_ce`` and/or ``aux_ce`` and,
+        when the MPN is trained, the ``health/`` numbers of :func:`attention_health` (all steps and heads)."""
+        self._last_epoch = {name: float(np.mean(values)) for name, values in self._terms.items()}
+        return dict(self._last_epoch)
 
     def summary(self) -> dict[str, float]:
-        """``mpn_parameters``: parameters of the MPN (in the model's ``num_parameters`` even when unused at test)."""
-        return {"mpn_parameters": float(self._mpn_parameters)}
+        """``mpn_parameters``: parameters of the MPN (in the model's ``num_parameters`` even when unused at
+        test); with an MPN loss, the last epoch's ``health/`` numbers."""
+        health = {k: v for k, v in self._last_epoch.items() if k.startswith(HEALTH_PREFIX)}
+        return {"mpn_parameters": float(self._mpn_parameters), **health}
+
+    def health_checks(self) -> list[HealthCheck]:
+        """With an MPN loss (``mpn_weight > 0``): the attention relates images of one class
+        (same-class share ≥ :data:`MIN_SAME_CLASS_RATIO` × uniform) and left uniform (entropy ≤
+        :data:`MAX_ENTROPY_RATIO` × ln B). None without: there is no trained attention to check."""
+        if self.loss_config.mpn_weight == 0:
+            return []
+        return [
+            HealthCheck(HEALTH_PREFIX + "same_class_attention_ratio", minimum=MIN_SAME_CLASS_RATIO,
+                        meaning="the MPN's attention does not prefer images of the node's own class "
+                                "(no relation between images learned)"),
+            HealthCheck(HEALTH_PREFIX + "attention_entropy_ratio", maximum=MAX_ENTROPY_RATIO,
+                        meaning="the MPN's attention stayed (near) uniform over the batch"),
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The last epoch's means, so that a run resumed after its last epoch still has its summary."""
+        return {"last_epoch": dict(self._last_epoch)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._last_epoch = dict(state.get("last_epoch", {}))
 
     # --- test time ------------------------------------------------------------------------
     def test_batches(self, embeddings: np.ndarray) -> list[GraphBatch]:
@@ -217,5 +308,5 @@ class MPNRecipe(Recipe):
             model.train(was_training)
 
 
-__all__ = ["MPNOptions", "MPNRecipe"]
+__all__ = ["MAX_ENTROPY_RATIO", "MIN_SAME_CLASS_RATIO", "MPNOptions", "MPNRecipe", "attention_health"]
 

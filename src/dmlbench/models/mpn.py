@@ -8,6 +8,13 @@ The mini-batch is a fully connected graph whose nodes are the images' embeddings
 - skip connection + LayerNorm (Eq. 5);
 - two-layer feed-forward network (d → 4d → d, ReLU) + skip connection + LayerNorm (Eq. 6).
 
+Node scale (``node_scale``): the nodes are the L2-normalised embeddings (paper and code). Fed as
+they are into q·k / √d with the default Linear initialisation, the scores spread by ≈ 0.004 at
+initialisation (d = 64): the attention starts uniform, and its gradient, proportional to that
+spread, keeps it there. ``node_scale='sqrt_dim'`` (default) multiplies the unit-norm nodes by √d,
+i.e. unit RMS per coordinate, the scale every later step gets from its LayerNorm (score spread
+≈ 0.24 at d = 64); ``'unit'`` feeds them as they are (the paper's and the code's variant).
+
 Paper vs the authors' code (dvl-tum/intra_batch, ``net/attentions.py``, ``net/gnn_base.py``):
 the paper scales the scores by s = √d (Eq. 3) and has no projection after the concatenation
 (Eq. 4); the code scales by √(d/M) (``attention_scale='head'``), adds an output Linear after
@@ -31,6 +38,7 @@ from torch import nn
 from dmlbench.models.backbones import StagedBackbone, freeze_batchnorm
 
 AttentionScale = Literal["embedding", "head"]
+NodeScale = Literal["sqrt_dim", "unit"]
 
 
 class MultiHeadDotProductAttention(nn.Module):
@@ -45,6 +53,9 @@ class MultiHeadDotProductAttention(nn.Module):
 
     ``query``, ``key``, ``value`` hold the stacked per-head matrices: rows [m·d/M, (m+1)·d/M) of
     ``query.weight`` are W_q^m (likewise W_k^m, W^m).
+
+    After each forward, :attr:`last_scores` holds the detached scaled scores (..., M, n, n) of that
+    call (softmax over the last axis gives α), for the mechanism-health numbers.
     """
 
     def __init__(self, dim: int, heads: int, dropout: float = 0.1, scale: AttentionScale = "embedding",
@@ -62,19 +73,25 @@ class MultiHeadDotProductAttention(nn.Module):
         self.value = nn.Linear(dim, dim, bias=False)
         self.dropout = nn.Dropout(dropout)
         self.output = nn.Linear(dim, dim) if output_projection else nn.Identity()
+        self.last_scores: torch.Tensor | None = None
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """(..., n, d) → (..., M, n, d/M)."""
         return x.unflatten(-1, (self.heads, self.head_dim)).transpose(-3, -2)
 
+    def scores(self, nodes: torch.Tensor) -> torch.Tensor:
+        """Scaled scores W_q^m h_i · W_k^m h_j / s: (..., n, d) → (..., M, n, n), row i = receiver."""
+        return self._split(self.query(nodes)) @ self._split(self.key(nodes)).transpose(-1, -2) / self.scale
+
     def weights(self, nodes: torch.Tensor) -> torch.Tensor:
         """Attention weights α: (..., n, d) → (..., M, n, n), row i = receiver, softmax over senders j."""
-        scores = self._split(self.query(nodes)) @ self._split(self.key(nodes)).transpose(-1, -2)
-        return torch.softmax(scores / self.scale, dim=-1)
+        return torch.softmax(self.scores(nodes), dim=-1)
 
     def forward(self, nodes: torch.Tensor) -> torch.Tensor:
         """(..., n, d) → (..., n, d): the concatenated messages of Eq. 4 (then the optional projection)."""
-        messages = self.dropout(self.weights(nodes)) @ self._split(self.value(nodes))  # (..., M, n, d/M)
+        scores = self.scores(nodes)
+        self.last_scores = scores.detach()
+        messages = self.dropout(torch.softmax(scores, dim=-1)) @ self._split(self.value(nodes))  # (..., M, n, d/M)
         return self.output(messages.transpose(-3, -2).flatten(-2))
 
 
@@ -117,15 +134,21 @@ class MessagePassingNetwork(nn.Module):
         steps: L ≥ 1.
         heads: M.
         input_projection: a Linear d → d on the node features before the first step (code).
+        node_scale: ``sqrt_dim``: the (unit-norm) nodes are multiplied by √d first, to unit RMS per
+            coordinate (default); ``unit``: fed as they are (paper, code). See the module doc.
         other arguments: see :class:`MessagePassingStep`.
     """
 
     def __init__(self, dim: int, steps: int = 1, heads: int = 2, attention_dropout: float = 0.1,
                  dropout: float = 0.1, ff_multiplier: int = 4, scale: AttentionScale = "embedding",
-                 output_projection: bool = False, input_projection: bool = False):
+                 output_projection: bool = False, input_projection: bool = False,
+                 node_scale: NodeScale = "sqrt_dim"):
         super().__init__()
         if steps < 1:
             raise ValueError(f"the MPN needs at least one message-passing step, got {steps}")
+        if node_scale not in ("sqrt_dim", "unit"):
+            raise ValueError(f"node scale must be 'sqrt_dim' or 'unit', got {node_scale!r}")
+        self.node_scale = math.sqrt(dim) if node_scale == "sqrt_dim" else 1.0
         self.input = nn.Linear(dim, dim) if input_projection else nn.Identity()
         self.steps = nn.ModuleList(
             MessagePassingStep(dim, heads, attention_dropout, dropout, ff_multiplier, scale, output_projection)
@@ -134,7 +157,7 @@ class MessagePassingNetwork(nn.Module):
 
     def forward(self, nodes: torch.Tensor) -> torch.Tensor:
         """Node features (..., n, d) → refined node features (..., n, d) (not normalised)."""
-        nodes = self.input(nodes)
+        nodes = self.input(nodes * self.node_scale)
         for step in self.steps:
             nodes = step(nodes)
         return nodes

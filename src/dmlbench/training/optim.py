@@ -43,13 +43,47 @@ def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Modul
     return [g for g in groups if g["params"]]
 
 
+#: Optimisers whose weight decay torch applies either to the gradient (coupled: g + λw, the default)
+#: or to the weights (decoupled: w ← w − lr·λ·w, Loshchilov & Hutter 2019).
+DECOUPLABLE = ("adam", "radam")
+
+
+def weight_decay_kwargs(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The weight-decay arguments of optimiser ``name`` from ``weight_decay`` (λ ≥ 0, default 0) and
+    ``decoupled_weight_decay`` (optional bool).
+
+    Coupled decay adds λw to the gradient, so an adaptive optimiser (Adam, RAdam) divides it by the
+    gradient's running RMS: where the loss gradient is small the decay step approaches lr·sign(w), far
+    larger than lr·λ·w. Decoupled decay shrinks the weights by the factor (1 − lr·λ) every step,
+    whatever the gradient (AdamW; the RAdam of Liu et al. that the MPN authors use).
+
+    Without ``decoupled_weight_decay`` each optimiser keeps torch's behaviour: ``adamw`` decoupled, the
+    others coupled. ``adam`` with ``decoupled_weight_decay: true`` is exactly ``adamw``.
+
+    Raises:
+        ValueError: ``adamw`` with ``decoupled_weight_decay: false`` (AdamW is always decoupled; use
+            ``adam``), or ``sgd`` with ``true`` (torch's SGD only has coupled decay).
+    """
+    kwargs: dict[str, Any] = {"weight_decay": config.get("weight_decay", 0.0)}
+    decoupled = config.get("decoupled_weight_decay")
+    if decoupled is None:
+        return kwargs
+    if name in DECOUPLABLE:
+        return {**kwargs, "decoupled_weight_decay": bool(decoupled)}
+    if name == "adamw" and decoupled:
+        return kwargs
+    hint = "use adam for coupled decay" if name == "adamw" else "torch's SGD only has coupled decay"
+    raise ValueError(f"training.optimizer: {name} does not take decoupled_weight_decay: {decoupled} ({hint})")
+
+
 def build_optimizer(config: Mapping[str, Any], model: nn.Module, loss: nn.Module) -> torch.optim.Optimizer:
     """``training.optimizer``: ``name`` (sgd, adam, adamw, radam), ``lr``, ``weight_decay``,
-    optional ``momentum`` (sgd), ``head_lr_multiplier``, ``loss_lr_multiplier``."""
+    optional ``decoupled_weight_decay`` (:func:`weight_decay_kwargs`), ``momentum`` (sgd),
+    ``head_lr_multiplier``, ``loss_lr_multiplier``."""
     name = config["name"]
     if name not in OPTIMIZERS:
         raise ValueError(f"training.optimizer.name = {name!r} is unknown; known: {sorted(OPTIMIZERS)}")
-    kwargs: dict[str, Any] = {"lr": config["lr"], "weight_decay": config.get("weight_decay", 0.0)}
+    kwargs: dict[str, Any] = {"lr": config["lr"], **weight_decay_kwargs(name, config)}
     if name == "sgd":
         kwargs["momentum"] = config.get("momentum", 0.9)
     return OPTIMIZERS[name](parameter_groups(config, model, loss), **kwargs)
