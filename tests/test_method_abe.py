@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -12,6 +13,7 @@ from dmlbench.data.samplers import PairBatchSampler
 from dmlbench.losses import ContrastiveLoss, build_loss
 from dmlbench.losses.abe_divergence import ABELoss, divergence_loss, partner_contrastive, split_learners
 from dmlbench.methods import OptionsError, build_recipe
+from dmlbench.methods.health import failed_checks
 from dmlbench.models.abe import AttentionEnsemble, HeadsEnsemble
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.backbones.googlenet import build_googlenet
@@ -40,23 +42,50 @@ def small_backbone():
 
 # ------------------------------------------------------------------------------ losses by hand
 def test_divergence_loss_by_hand():
-    """M = 3 learners, 2 images, w = 2; Eq. 9 summed over ordered pairs p ≠ q, mean over images.
+    """M = 3 learners, 2 images, w = 2; Eq. 9 over ordered pairs p ≠ q, mean over images.
 
     Image 0: e1 = e3 = (1, 0), e2 = (0, 1): only (1, 3) is inside the margin, d² = 0 → 1, twice → 2.
     Image 1: e1 = (1, 0), e2 = (0.6, 0.8), e3 = (−1, 0): d²(1, 2) = 0.8 → 0.2, twice → 0.4;
-    d²(1, 3) = 4 and d²(2, 3) = 3.2 are outside. Mean over the images: (2 + 0.4) / 2 = 1.2.
+    d²(1, 3) = 4 and d²(2, 3) = 3.2 are outside. Mean over the images of the sum: (2 + 0.4) / 2 = 1.2
+    ('sum'); 'per_learner' divides by M − 1 = 2 (each learner's mean over the others): 0.6.
     """
     learners = torch.tensor([
         [[1.0, 0.0], [1.0, 0.0]],
         [[0.0, 1.0], [0.6, 0.8]],
         [[1.0, 0.0], [-1.0, 0.0]],
     ])  # (M, B, w)
-    assert divergence_loss(learners, margin=1.0).item() == pytest.approx(1.2, abs=1e-6)
+    assert divergence_loss(learners, margin=1.0, reduction="sum").item() == pytest.approx(1.2, abs=1e-6)
+    assert divergence_loss(learners, margin=1.0).item() == pytest.approx(0.6, abs=1e-6)  # default: per_learner
     # margin 4: image 0 pairs (1,2), (2,3): 4 − 2 = 2 each, (1,3): 4 → 8 × 2 = 16; image 1: 3.2, 0, 0.8 → 8
-    assert divergence_loss(learners, margin=4.0).item() == pytest.approx((16 + 8) / 2, abs=1e-5)
+    assert divergence_loss(learners, margin=4.0, reduction="sum").item() == pytest.approx((16 + 8) / 2, abs=1e-5)
     assert divergence_loss(learners[:1], margin=1.0).item() == 0.0  # one learner: no self pair
     with pytest.raises(ValueError, match="divergence_margin"):
         divergence_loss(learners, margin=0.0)
+    with pytest.raises(ValueError, match="divergence_reduction"):
+        divergence_loss(learners, reduction="mean")
+
+
+def init_like_learners(num_learners: int, num_images: int = 16, spread: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ensemble embeddings as at ABE's initialisation: the M learners of an image are close (a shared
+    direction + a little per-learner noise, self-pair cosine ≈ 0.9), w = 8; 4 images per class."""
+    generator = torch.Generator().manual_seed(0)
+    shared = torch.randn(num_images, 1, 8, generator=generator)
+    noise = spread * torch.randn(num_images, num_learners, 8, generator=generator)
+    learners = torch.nn.functional.normalize(shared + noise, dim=2)  # (B, M, w)
+    return learners.flatten(1), torch.arange(num_images) // 4
+
+
+def test_divergence_to_metric_ratio_at_init_does_not_grow_with_m():
+    """Eq. 8 with the default options: λ_div · L_div / Σ_m L_metric,(m) on init-like embeddings is
+    the same order for M = 2 and M = 8 (the summed L_div grows with M − 1 against M metric terms)."""
+    ratios = {}
+    for m in (2, 8):
+        embeddings, labels = init_like_learners(m)
+        loss = ABELoss(ContrastiveLoss(margin=1.0), [(8 * i, 8 * (i + 1)) for i in range(m)])
+        loss(embeddings, labels)
+        ratios[m] = (loss.divergence_weight * loss.last_terms["divergence"] / loss.last_terms["metric"]).item()
+    assert ratios[2] > 0.1  # the self pairs are inside the margin: L_div is engaged at both sizes
+    assert 0.5 < ratios[8] / ratios[2] < 2.0, ratios
 
 
 def test_per_learner_contrastive_plus_divergence_by_hand():
@@ -95,7 +124,7 @@ def test_partner_contrastive_uses_only_the_designated_pairs():
 
 
 # ------------------------------------------------------------------------------ the network
-def test_masks_have_the_shape_of_s_and_lie_in_zero_one():
+def test_masks_have_the_shape_of_s_and_are_per_learner():
     torch.manual_seed(0)
     model = AttentionEnsemble(small_backbone(), 3, 4, "stage2", "stage4").eval()
     images = torch.rand(2, 3, 20, 20)
@@ -103,16 +132,39 @@ def test_masks_have_the_shape_of_s_and_lie_in_zero_one():
     masks = model.masks(features)
     assert features.shape == (2, 8, 3, 3)
     assert masks.shape == (3, *features.shape)  # (M, B, C, h, w): one mask of S(x)'s shape per learner
-    assert masks.min() > 0 and masks.max() < 1
     assert not torch.allclose(masks[0], masks[1])  # learners have their own A'_m
     maps = model.attention_maps(images)  # channel mean, resized to the image
-    assert maps.shape == (3, 2, 20, 20) and maps.min() >= 0 and maps.max() <= 1
     expected = torch.nn.functional.interpolate(masks.mean(2), size=(20, 20), mode="bilinear", align_corners=False)
-    assert torch.allclose(maps, expected)
+    assert maps.shape == (3, 2, 20, 20) and torch.allclose(maps, expected)
     out = model(images)
     assert out.shape == (2, 12)
     for start, stop in model.learner_slices:
         assert torch.allclose(out[:, start:stop].norm(dim=1), torch.ones(2), atol=1e-6)
+
+
+def masking_change(model: AttentionEnsemble, images: torch.Tensor) -> torch.Tensor:
+    """‖S(x) ∘ A_m − S(x)‖ / ‖S(x)‖ for each learner m: (M,)."""
+    with torch.no_grad():
+        features = model.spatial_features(images)
+        masks = model.masks(features)
+    return (features * masks - features).flatten(1).norm(dim=1) / features.norm()
+
+
+def test_masks_start_open_so_abe_keeps_the_backbone_features():
+    """Default init: every learner's mask is near 1, so S(x) ∘ A_m(S(x)) ≈ S(x) and ABE at init computes
+    almost the backbone's function; the masks still differ between learners (symmetry broken). The
+    paper's Glorot / zero-bias init halves the features (σ(0) = 0.5)."""
+    images = torch.rand(4, 3, 20, 20)
+    torch.manual_seed(0)
+    model = AttentionEnsemble(small_backbone(), 8, 4, "stage2", "stage3").eval()
+    assert masking_change(model, images).max() < 0.1
+    masks = model.masks(model.spatial_features(images))
+    assert not torch.equal(masks[0], masks[1])
+    torch.manual_seed(0)
+    paper = AttentionEnsemble(small_backbone(), 8, 4, "stage2", "stage3", mask_bias=0.0, mask_weight_gain=1.0).eval()
+    assert masking_change(paper, images).min() > 0.3
+    with pytest.raises(ValueError, match="mask_weight_gain"):
+        AttentionEnsemble(small_backbone(), 2, 4, "stage2", "stage3", mask_weight_gain=0.0)
 
 
 def test_attention_trunk_keeps_the_resolution_and_is_a_copy():
@@ -235,7 +287,7 @@ def test_recipe_attention_maps_are_per_learner(params):
     recipe = build_recipe(abe_run(params, learners=4))
     maps = recipe.attention_maps(recipe.build_model().eval(), torch.rand(3, 3, 20, 20))
     assert list(maps) == ["learner0", "learner1", "learner2", "learner3"]
-    assert all(m.shape == (3, 20, 20) and 0 <= m.min() and m.max() <= 1 for m in maps.values())
+    assert all(m.shape == (3, 20, 20) for m in maps.values())
 
 
 @pytest.mark.parametrize("batches", ["pairs", "class_balanced"])
@@ -245,8 +297,43 @@ def test_training_is_deterministic_and_logs_the_terms(params, tiny_manifest, tmp
         train_run(run, tiny_manifest, tmp_path / name / "out", tmp_path / name / "scratch", progress=False)
     a, b = (load_checkpoint(tmp_path / n / "out" / "checkpoint.pt")["model"] for n in ("a", "b"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    log = (tmp_path / "a" / "out" / "log.csv").read_text().splitlines()
-    assert log[0].endswith("metric_loss,divergence_loss,train_self_similarity") and len(log) == 3
+    log = pd.read_csv(tmp_path / "a" / "out" / "log.csv")
+    health = ["health/train_self_similarity", "health/mask_mean", "health/mask_std"]
+    assert {"metric_loss", "divergence_loss", *health} <= set(log.columns) and len(log) == 2
+    summary = load_checkpoint(tmp_path / "a" / "out" / "checkpoint.pt")["summary"]
+    assert {key: summary[key] for key in health} == log[health].iloc[-1].to_dict()  # the last epoch's
+
+
+HEALTHY = {"R@1": 0.30, "learners_mean/R@1": 0.20, "self_similarity": 0.40,
+           "health/mask_mean": 0.90, "health/mask_std": 0.10}
+
+
+@pytest.mark.parametrize(("options", "dead", "failing"), [
+    ({}, {"learners_mean/R@1": 0.02}, "learners_mean/R@1"),  # the summed-L_div collapse (learners at chance)
+    ({}, {"self_similarity": 0.95}, "self_similarity"),  # L_div has not spread the learners
+    ({}, {"health/mask_std": 0.001}, "health/mask_std"),  # one uniform mask: attention does nothing
+    ({}, {"health/mask_mean": 0.01}, "health/mask_mean"),  # masks closed: the features are switched off
+    ({"architecture": "heads", "divergence_weight": 0.0}, {"learners_mean/R@1": 0.02}, "learners_mean/R@1"),
+])
+def test_health_checks_fail_on_a_dead_mechanism(params, options, dead, failing):
+    checks = build_recipe(abe_run(params, learners=4, **options)).health_checks()
+    assert failed_checks(checks, HEALTHY) == []
+    failures = failed_checks(checks, {**HEALTHY, **dead})
+    assert len(failures) == 1 and failing in failures[0], failures
+
+
+def test_health_checks_follow_the_options(params):
+    """No diversity check without L_div, no mask checks for M-heads, no learner checks for one learner."""
+    def keys(**options):
+        return {check.key for check in build_recipe(abe_run(params, **options)).health_checks()}
+
+    ensemble = {"learners_mean/R@1"}
+    masks = {"health/mask_mean", "health/mask_std"}
+    assert keys(learners=4) == ensemble | {"self_similarity"} | masks
+    assert keys(learners=4, divergence_weight=0.0) == ensemble | masks
+    assert keys(learners=4, architecture="heads", divergence_weight=0.0) == ensemble
+    assert keys(learners=4, architecture="heads") == ensemble | {"self_similarity"}
+    assert keys(learners=1, divergence_weight=0.0) == masks
 
 
 def two_learners(architecture: type, freeze_bn: bool = False) -> tuple[torch.nn.Module, torch.nn.Module]:

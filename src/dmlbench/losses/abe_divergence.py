@@ -12,12 +12,21 @@ Eq. 8:  L = Σ_m L_metric,(m) + λ_div · L_div
 - ``L_div`` (Eq. 9) pushes apart the embeddings that two *different* learners give the *same*
   image (a "self pair"): ``Σ_i Σ_{p≠q} [m_div − ‖B_p(x_i) − B_q(x_i)‖²]_+`` with m_div = 1.
 
-Normalisation (the paper's sums run over the whole training set): the batch estimate of
-Eq. 9 used here is the mean over the batch images of the sum over the M(M − 1) *ordered*
-learner pairs p ≠ q (Eq. 9 sums over p, q; the p = q terms are the constant m_div and carry
-no gradient, so they are left out). This is 2 × the sum over unordered pairs. Eq. 10's
-1/N is read, as for the repository's contrastive loss, as a mean over the pairs of the batch,
-so each learner's metric loss does not depend on the batch size either.
+Normalisation (the paper's sums run over the whole training set; how its Caffe loss normalises
+a batch is not stated). The batch estimate of Eq. 9 is a mean over the batch images of, per
+image, the hinge over the M(M − 1) *ordered* learner pairs p ≠ q (the p = q terms are the
+constant m_div and carry no gradient, so they are left out), reduced by ``reduction``:
+
+- ``per_learner`` (default): Σ_p mean_{q≠p} — each learner's mean hinge against the others,
+  summed over learners, i.e. the ordered-pair sum / (M − 1). It has M terms, like
+  Σ_m L_metric,(m), so the ratio λ_div · L_div / Σ_m L_metric,(m) does not grow with M and one
+  λ_div means the same balance for every M. For M = 2 it equals ``sum``.
+- ``sum``: Σ_{p≠q}, the literal double sum of Eq. 9 (M(M − 1) terms against M metric terms:
+  the divergence weighs (M − 1)× more than with ``per_learner``; with λ_div = 1 it swamps the
+  metric loss of ABE-8, whose learners then collapse). The repository's earlier behaviour.
+
+Eq. 10's 1/N is read, as for the repository's contrastive loss, as a mean over the pairs of the
+batch, so each learner's metric loss does not depend on the batch size either.
 """
 
 from __future__ import annotations
@@ -33,9 +42,13 @@ from .checks import check_batch, check_positive
 from .contrastive import ContrastiveLoss
 from .pairwise import safe_sqrt
 
-__all__ = ["ABELoss", "divergence_loss", "partner_contrastive", "split_learners"]
+__all__ = ["ABELoss", "DIVERGENCE_REDUCTIONS", "divergence_loss", "partner_contrastive", "split_learners"]
 
 PairMode = Literal["all", "partners"]
+DivergenceReduction = Literal["per_learner", "sum"]
+
+#: The reductions of L_div over the ordered learner pairs (see the module docstring).
+DIVERGENCE_REDUCTIONS: tuple[str, ...] = ("per_learner", "sum")
 
 
 def split_learners(embeddings: Tensor, learner_slices: Sequence[tuple[int, int]]) -> Tensor:
@@ -46,33 +59,42 @@ def split_learners(embeddings: Tensor, learner_slices: Sequence[tuple[int, int]]
     return torch.stack([embeddings[:, start:stop] for start, stop in learner_slices])
 
 
-def divergence_loss(learners: Tensor, margin: float = 1.0) -> Tensor:
-    """Eq. 9 on a batch: mean over images of Σ_{p≠q} [margin − ‖e_p − e_q‖²]_+.
+def _check_reduction(reduction: str) -> None:
+    if reduction not in DIVERGENCE_REDUCTIONS:
+        raise ValueError(f"divergence_reduction must be one of {DIVERGENCE_REDUCTIONS}, got {reduction!r}")
+
+
+def divergence_loss(learners: Tensor, margin: float = 1.0, reduction: DivergenceReduction = "per_learner") -> Tensor:
+    """Eq. 9 on a batch: mean over images of the hinges [margin − ‖e_p − e_q‖²]_+ of the self pairs.
 
     Args:
         learners: (M, B, w) each learner's (L2-normalised) embedding of the B images.
         margin: m_div > 0, on the squared Euclidean distance.
+        reduction: over the M(M − 1) ordered pairs p ≠ q of an image: ``per_learner`` (Σ_p mean_{q≠p},
+            = the sum / (M − 1)) or ``sum`` (Σ_{p≠q}, Eq. 9 literally); see the module docstring.
 
     Returns:
         Scalar; 0 (with a grad_fn) for a single learner.
 
     Two learners, one image, embeddings (1, 0) and (0.6, 0.8): ‖Δ‖² = 0.16 + 0.64 = 0.8, so each of
-    the two ordered pairs contributes 1 − 0.8 = 0.2:
+    the two ordered pairs contributes 1 − 0.8 = 0.2 (M − 1 = 1: both reductions agree):
 
     >>> e = torch.tensor([[[1.0, 0.0]], [[0.6, 0.8]]])
-    >>> round(divergence_loss(e).item(), 6)
-    0.4
+    >>> round(divergence_loss(e).item(), 6), round(divergence_loss(e, reduction="sum").item(), 6)
+    (0.4, 0.4)
     """
     if learners.ndim != 3:
         raise ValueError(f"learners must have shape (M, B, w), got {tuple(learners.shape)}")
     check_positive("divergence_margin", margin)
+    _check_reduction(reduction)
     per_image = learners.transpose(0, 1)  # (B, M, w)
     norms = per_image.pow(2).sum(-1)  # (B, M)
     d2 = (norms.unsqueeze(2) + norms.unsqueeze(1) - 2.0 * per_image @ per_image.transpose(1, 2)).clamp_min(0.0)
     num_learners = learners.shape[0]
     off_diagonal = ~torch.eye(num_learners, dtype=torch.bool, device=learners.device)
     hinge = F.relu(margin - d2) * off_diagonal  # (B, M, M)
-    return hinge.sum(dim=(1, 2)).mean()
+    total = hinge.sum(dim=(1, 2)).mean()
+    return total / (num_learners - 1) if reduction == "per_learner" and num_learners > 1 else total
 
 
 def partner_contrastive(embeddings: Tensor, labels: Tensor, margin: float, squared: bool = True) -> Tensor:
@@ -107,6 +129,8 @@ class ABELoss(nn.Module):
         learner_slices: [start, stop) columns of each of the M learners (equal widths).
         divergence_weight: λ_div ≥ 0 (0 switches L_div off).
         divergence_margin: m_div > 0.
+        divergence_reduction: ``per_learner`` (default; the L_div / metric balance does not depend on
+            M) or ``sum`` (Eq. 9's literal double sum); see :func:`divergence_loss`.
         pairs: 'all' pairs of the batch (class-balanced batches) or only the 'partners' of a pair
             batch; 'partners' needs a :class:`~dmlbench.losses.ContrastiveLoss` metric.
 
@@ -116,12 +140,14 @@ class ABELoss(nn.Module):
     """
 
     def __init__(self, metric: nn.Module, learner_slices: Sequence[tuple[int, int]], *,
-                 divergence_weight: float = 1.0, divergence_margin: float = 1.0, pairs: PairMode = "all"):
+                 divergence_weight: float = 1.0, divergence_margin: float = 1.0,
+                 divergence_reduction: DivergenceReduction = "per_learner", pairs: PairMode = "all"):
         super().__init__()
         check_positive("divergence_weight", divergence_weight, allow_zero=True)
         check_positive("divergence_margin", divergence_margin)
         if pairs not in ("all", "partners"):
             raise ValueError(f"pairs must be 'all' or 'partners', got {pairs!r}")
+        _check_reduction(divergence_reduction)
         if pairs == "partners" and not isinstance(metric, ContrastiveLoss):
             raise ValueError(
                 f"the paper's pair batches train a contrastive loss on the sampled pairs, got "
@@ -131,6 +157,7 @@ class ABELoss(nn.Module):
         self.learner_slices = [tuple(s) for s in learner_slices]
         self.divergence_weight = divergence_weight
         self.divergence_margin = divergence_margin
+        self.divergence_reduction = divergence_reduction
         self.pairs = pairs
         self.last_terms: dict[str, Tensor] = {}
 
@@ -142,7 +169,7 @@ class ABELoss(nn.Module):
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         learners = split_learners(check_batch(embeddings, labels), self.learner_slices)
         metric = torch.stack([self._metric(learner, labels) for learner in learners]).sum()
-        divergence = divergence_loss(learners, self.divergence_margin)
+        divergence = divergence_loss(learners, self.divergence_margin, self.divergence_reduction)
         self.last_terms = {"metric": metric.detach(), "divergence": divergence.detach()}
         if self.divergence_weight == 0:
             return metric

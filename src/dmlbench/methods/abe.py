@@ -5,7 +5,18 @@ One recipe (``recipe: abe``) for both architectures of the paper's Fig. 1
 Training objective (Eq. 8–10, :mod:`dmlbench.losses.abe_divergence`): the metric loss of
 ``methods.<m>.loss`` (the paper: contrastive, margin m_c = 1) on each learner's embedding, summed
 over learners, plus ``divergence_weight`` × the divergence loss between the learners' embeddings
-of the same image (margin ``divergence_margin``).
+of the same image (margin ``divergence_margin``), reduced over the self pairs by
+``divergence_reduction``: ``per_learner`` (default; each learner's mean over the others, summed
+over learners, so λ_div balances L_div against Σ_m L_metric,(m) the same way for every M) or
+``sum`` (Eq. 9's literal double sum, which weighs (M − 1)× more and collapses ABE-8 at λ_div = 1).
+
+The masks start open (``mask_bias``: σ(3) ≈ 0.95) so that ABE at initialisation keeps the
+backbone's features; ``mask_bias: 0`` with ``mask_weight_gain: 1`` is the paper's Glorot /
+zero-bias init (:mod:`dmlbench.models.abe`).
+
+Mechanism health (:meth:`ABERecipe.health_checks`, thresholds in docs/methods/abe.md): the learners
+are not collapsed (``learners_mean/R@1``), L_div keeps them diverse (``self_similarity``), and
+ABE's masks are neither uniform (``health/mask_std``) nor closed (``health/mask_mean``).
 
 Batches (``batches``):
 
@@ -40,8 +51,19 @@ from dmlbench.evaluation.evaluate import self_pair_similarity
 from dmlbench.losses import build_loss
 from dmlbench.losses.abe_divergence import ABELoss
 from dmlbench.methods.base import Recipe, TrainContext
-from dmlbench.models.abe import AttentionEnsemble, HeadsEnsemble
+from dmlbench.methods.health import HEALTH_PREFIX, HealthCheck
+from dmlbench.models.abe import MASK_WEIGHT_GAIN, OPEN_MASK_BIAS, AttentionEnsemble, HeadsEnsemble
 from dmlbench.models.backbones import build_backbone
+
+#: Floor of ``learners_mean/R@1``: below it the single learners are near chance (R@1 of a random
+#: embedding is 1–2 % on the 50–100-class test sets here): the ensemble collapsed (synthetic,
+#: 10 epochs: collapsed ABE-8 0.047, healthy ensembles 0.11–0.20).
+LEARNERS_R1_FLOOR = 0.08
+#: Floor of ``health/mask_std`` (std of all mask values): below it the masks are (nearly) one
+#: constant and the attention selects nothing (healthy runs: 0.07–0.29).
+MASK_STD_FLOOR = 0.03
+#: Floor of ``health/mask_mean``: below it the masks have closed and switch S(x) off.
+MASK_MEAN_FLOOR = 0.1
 
 
 @dataclass(frozen=True)
@@ -60,6 +82,12 @@ class ABEOptions:
             ``per_learner`` (one per learner). ``abe`` only; M-heads always have one per head.
         divergence_weight: λ_div ≥ 0 of Eq. 8 (0: no divergence loss).
         divergence_margin: m_div > 0 of Eq. 9, on the squared Euclidean distance.
+        divergence_reduction: ``per_learner`` (Σ_p mean_{q≠p}: L_div has M terms like Σ_m L_metric,(m))
+            or ``sum`` (Σ_{p≠q}, Eq. 9 literally; (M − 1)× heavier).
+        mask_bias: initial bias of the mask logits (``abe`` only): 3 starts the masks near 1
+            (σ(3) ≈ 0.95); 0 is the paper's zero bias.
+        mask_weight_gain: > 0, gain of the Glorot-uniform mask weights (``abe`` only); below 1 for a
+            pretrained backbone whose large trunk features would saturate the sigmoid.
         batches: ``pairs`` (the paper's anchor + partner batches) or ``class_balanced``
             (``training.sampler``'s P × K).
         pair_anchors: anchors per pair batch (even, ≥ 2; batch size 2 × this; the paper: 32 → 64).
@@ -72,6 +100,9 @@ class ABEOptions:
     embedding_layer: Literal["shared", "per_learner"] = "shared"
     divergence_weight: float = 1.0
     divergence_margin: float = 1.0
+    divergence_reduction: Literal["per_learner", "sum"] = "per_learner"
+    mask_bias: float = OPEN_MASK_BIAS
+    mask_weight_gain: float = MASK_WEIGHT_GAIN
     batches: Literal["pairs", "class_balanced"] = "pairs"
     pair_anchors: int = 32
 
@@ -82,8 +113,20 @@ class ABEOptions:
             raise ValueError(f"divergence_weight must be ≥ 0, got {self.divergence_weight}")
         if self.divergence_margin <= 0:
             raise ValueError(f"divergence_margin must be > 0, got {self.divergence_margin}")
+        if self.mask_weight_gain <= 0:
+            raise ValueError(f"mask_weight_gain must be > 0, got {self.mask_weight_gain}")
         if self.pair_anchors < 2 or self.pair_anchors % 2:
             raise ValueError(f"pair_anchors must be even and ≥ 2 (half positive, half negative), got {self.pair_anchors}")
+
+
+def self_similarity_ceiling(divergence_margin: float) -> float:
+    """Highest healthy mean cosine of the self pairs with L_div on: 1 − m_div / 2, the cosine of unit
+    vectors at squared distance m_div, above which L_div's hinge is still active (m_div = 1: 0.5).
+
+    >>> self_similarity_ceiling(1.0)
+    0.5
+    """
+    return 1.0 - divergence_margin / 2.0
 
 
 class ABERecipe(Recipe):
@@ -103,6 +146,7 @@ class ABERecipe(Recipe):
         self.learner_dim = dim // learners
         self._sums: dict[str, float] = {}
         self._batches = 0
+        self._last_health: dict[str, float] = {}
 
     # --- model, loss, batches -------------------------------------------------------------
     def build_model(self) -> nn.Module:
@@ -118,7 +162,8 @@ class ABERecipe(Recipe):
             if o.architecture == "heads":
                 return HeadsEnsemble(backbone, o.learners, self.learner_dim, o.branch_after, freeze_bn)
             return AttentionEnsemble(backbone, o.learners, self.learner_dim, o.branch_after, o.attention_until,
-                                     shared_embedding=o.embedding_layer == "shared", freeze_bn=freeze_bn)
+                                     shared_embedding=o.embedding_layer == "shared", freeze_bn=freeze_bn,
+                                     mask_bias=o.mask_bias, mask_weight_gain=o.mask_weight_gain)
         except ValueError as err:
             raise ValueError(f"{self.where}: {err}") from err
 
@@ -129,7 +174,7 @@ class ABERecipe(Recipe):
         slices = [(m * self.learner_dim, (m + 1) * self.learner_dim) for m in range(o.learners)]
         try:
             return ABELoss(metric, slices, divergence_weight=o.divergence_weight,
-                           divergence_margin=o.divergence_margin,
+                           divergence_margin=o.divergence_margin, divergence_reduction=o.divergence_reduction,
                            pairs="partners" if o.batches == "pairs" else "all")
         except ValueError as err:
             raise ValueError(f"methods.{self.run.get('method', '?')}: {err}") from err
@@ -142,9 +187,17 @@ class ABERecipe(Recipe):
 
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
-        embeddings = model(images)
+        terms: dict[str, torch.Tensor | float] = {}
+        if isinstance(model, AttentionEnsemble):
+            features = model.spatial_features(images)
+            masks = model.masks(features)
+            embeddings = model.embed_attended(features, masks)
+            detached = masks.detach().float()
+            terms.update(mask_mean=detached.mean(), mask_std=detached.std())
+        else:
+            embeddings = model(images)
         value = loss(embeddings, labels)
-        terms = dict(loss.last_terms)
+        terms.update(loss.last_terms)
         if self.options.learners > 1:
             terms["self_similarity"] = self_pair_similarity(embeddings.detach().float().cpu().numpy(),
                                                             model.learner_slices)
@@ -159,9 +212,44 @@ class ABERecipe(Recipe):
 
     def epoch_log(self) -> dict[str, float]:
         """Means over the epoch's batches: ``metric_loss`` (Σ_m L_metric,(m)), ``divergence_loss``
-        (L_div before weighting) and, for M ≥ 2, ``train_self_similarity`` (mean cosine of self pairs)."""
-        names = {"metric": "metric_loss", "divergence": "divergence_loss", "self_similarity": "train_self_similarity"}
-        return {names[k]: v / max(self._batches, 1) for k, v in self._sums.items()}
+        (L_div before weighting) and the health numbers ``health/train_self_similarity`` (M ≥ 2: mean
+        cosine of the self pairs), ``health/mask_mean`` and ``health/mask_std`` (ABE: mean and std of
+        all mask values of a batch)."""
+        names = {"metric": "metric_loss", "divergence": "divergence_loss",
+                 "self_similarity": f"{HEALTH_PREFIX}train_self_similarity",
+                 "mask_mean": f"{HEALTH_PREFIX}mask_mean", "mask_std": f"{HEALTH_PREFIX}mask_std"}
+        row = {names[k]: v / max(self._batches, 1) for k, v in self._sums.items()}
+        self._last_health = {k: v for k, v in row.items() if k.startswith(HEALTH_PREFIX)}
+        return row
+
+    def summary(self) -> dict[str, float]:
+        """The last epoch's ``health/`` numbers (see :meth:`epoch_log`)."""
+        return dict(self._last_health)
+
+    def health_checks(self) -> list[HealthCheck]:
+        """Learners not collapsed (M ≥ 2), learners diverse (M ≥ 2 with L_div), masks neither uniform
+        nor closed (ABE); thresholds: the module constants, argued in docs/methods/abe.md."""
+        o = self.options
+        checks = []
+        if o.learners > 1:
+            checks.append(HealthCheck("learners_mean/R@1", minimum=LEARNERS_R1_FLOOR,
+                                      meaning="the single learners are near chance: the ensemble collapsed"))
+            if o.divergence_weight > 0:
+                checks.append(HealthCheck("self_similarity", maximum=self_similarity_ceiling(o.divergence_margin),
+                                          meaning="the learners embed an image alike: L_div did not diversify them"))
+        if o.architecture == "abe":
+            checks += [HealthCheck(f"{HEALTH_PREFIX}mask_std", minimum=MASK_STD_FLOOR,
+                                   meaning="every mask is uniform: the attention selects nothing"),
+                       HealthCheck(f"{HEALTH_PREFIX}mask_mean", minimum=MASK_MEAN_FLOOR,
+                                   meaning="the masks have closed: S(x) is switched off")]
+        return checks
+
+    def state_dict(self) -> dict[str, Any]:
+        """The last epoch's health numbers, so that a resumed run still reports them."""
+        return {"last_health": dict(self._last_health)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._last_health = dict(state.get("last_health", {}))
 
     # --- test time ------------------------------------------------------------------------
     def attention_maps(self, model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
