@@ -108,8 +108,12 @@ def check_views(names: np.ndarray | None, slices: np.ndarray | None, dim: int) -
     return views
 
 
+#: A training statistic's name: ``clustering_share``, or one ``/`` level such as ``health/mask_std``.
+STAT_NAME = r"[a-z0-9_]+(/[a-z0-9_]+)?"
+
+
 def check_stats(names: np.ndarray | None, values: np.ndarray | None) -> dict[str, float]:
-    """(S,) distinct names matching ``[a-z0-9_]+`` and (S,) finite numbers → ``{name: float}``."""
+    """(S,) distinct names matching :data:`STAT_NAME` and (S,) finite numbers → ``{name: float}``."""
     if names is None and values is None:
         return {}
     if names is None or values is None:
@@ -118,9 +122,10 @@ def check_stats(names: np.ndarray | None, values: np.ndarray | None) -> dict[str
     numbers = np.asarray(values, dtype=np.float64).ravel()
     if len(numbers) != len(names_list) or len(set(names_list)) != len(names_list):
         raise ValueError(f"stat_names {names_list} and stat_values {numbers.tolist()} must match one to one")
-    bad = [n for n in names_list if not re.fullmatch(r"[a-z0-9_]+", n)]
+    bad = [n for n in names_list if not re.fullmatch(STAT_NAME, n)]
     if bad or not np.isfinite(numbers).all():
-        raise ValueError(f"stats must have names matching [a-z0-9_]+ and finite values: {dict(zip(names_list, numbers))}")
+        raise ValueError(f"stats must have names matching {STAT_NAME} and finite values: "
+                         f"{dict(zip(names_list, numbers))}")
     return {name: float(value) for name, value in zip(names_list, numbers)}
 
 
