@@ -75,14 +75,38 @@ def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_
     def runs_of(rule: str) -> set[tuple[str, str, str]]:
         return {tuple(j["outputs"][0].split("/")[2:5]) for j in snakemake_jobs if j["rule"] == rule}
 
-    evaluated, embedded, trained = runs_of("evaluate"), runs_of("embed") | runs_of("ensemble"), runs_of("train")
+    evaluated, trained = runs_of("evaluate"), runs_of("train")
+    embedded = runs_of("embed") | runs_of("ensemble") | runs_of("reembed")
     tables = {(d, m, f"seed{s}") for t in config["tables"].values() for d in t["datasets"] for m in t["methods"]
               for s in t.get("seeds", config["seeds"])}
     assert tables <= evaluated <= embedded
     assert runs_of("embed") <= trained
-    assert not {m for _, m, _ in trained} & {m for m, spec in config["methods"].items() if "ensemble_members" in spec}
+    assert not {m for _, m, _ in trained} & {m for m, spec in config["methods"].items()
+                                             if "ensemble_members" in spec or "checkpoint_of" in spec}
     for job in (j for j in snakemake_jobs if j["rule"] == "train"):
         method = job["outputs"][0].split("/")[3]
         methods = {p.split(".")[1] for p in job["params"] if p.startswith("methods.")}
         assert methods == set(method_chain(config, method))  # its own section and its bases'
         assert not any(p.endswith(".label") for p in job["params"])  # renaming a method does not retrain it
+
+
+def test_test_time_variants_reembed_their_base_checkpoint_and_have_no_train_job(snakemake_jobs):
+    """`checkpoint_of: mpn` entries (Tables 3/8's MPN-at-test rows): no train job; their embed job reads mpn's
+    checkpoint and tracks their own keys; the report reads no training log of theirs."""
+    from dmlbench.config import checkpoint_source, load_config
+
+    config = load_config([REPO / "params.yaml"])
+    variants = {m: checkpoint_source(config, m) for m in config["methods"] if checkpoint_source(config, m)}
+    assert {"mpn_test_rknn", "mpn_test_kmeans", "mpn_test_nn"} <= set(variants)
+    assert not {j["outputs"][0].split("/")[3] for j in snakemake_jobs if j["rule"] == "train"} & set(variants)
+    reembedded = set()
+    for job in (j for j in snakemake_jobs if j["rule"] == "reembed"):
+        dataset, method, seed = job["outputs"][0].split("/")[2:5]
+        assert job["outputs"] == [f"results/runs/{dataset}/{method}/{seed}/embeddings.npz"]
+        assert f"results/runs/{dataset}/{variants[method]}/{seed}/checkpoint.pt" in job["inputs"]
+        assert {f"methods.{method}.options", f"methods.{method}.checkpoint_of"} <= set(job["params"])
+        reembedded.add((dataset, method, seed))
+    assert ("synthetic", "mpn_test_rknn", "seed0") in reembedded
+    logs = {i for j in snakemake_jobs if j["rule"] in ("report", "figure")
+            for i in j["inputs"] if i.endswith("/log.csv")}
+    assert not {path.split("/")[3] for path in logs} & set(variants)

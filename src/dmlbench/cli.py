@@ -5,6 +5,7 @@
     dmlbench prepare DATASET                      → data/prepared/DATASET/manifest.csv
     dmlbench train --dataset D --method M --seed S → results/runs/D/M/seedS/{checkpoint.pt,log.csv}
     dmlbench embed RUN_DIR                         → RUN_DIR/embeddings.npz
+    dmlbench embed RUN_DIR --method M              → results/runs/D/M/seedS/embeddings.npz (M re-embeds RUN_DIR)
     dmlbench evaluate EMBEDDINGS.npz --out METRICS.json
     dmlbench report TABLE                          → results/tables/TABLE.tex + results/plots/TABLE_*.png
     dmlbench claims                                → results/tables/claims.{tex,md,csv}
@@ -116,9 +117,13 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
     directory = Path(args.run_dir)
     checkpoint = directory / "checkpoint.pt"
-    manifest = Path(args.manifest) if args.manifest else manifest_path(load_checkpoint(checkpoint)["run"]["dataset"])
-    out = embed_run(checkpoint, manifest, Path(args.out) if args.out else directory / "embeddings.npz")
-    print(f"embedded {out}")
+    trained = load_checkpoint(checkpoint)["run"]
+    dataset, seed = trained["dataset"], trained["seed"]
+    run = resolve_run(load_config(args.config), dataset, args.method, seed) if args.method else None
+    default_dir = run_dir(dataset, args.method, seed) if args.method else directory
+    out = Path(args.out) if args.out else default_dir / "embeddings.npz"
+    manifest = Path(args.manifest) if args.manifest else manifest_path(dataset)
+    print(f"embedded {embed_run(checkpoint, manifest, out, run=run)}")
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -223,7 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("embed", help="write a trained run's test embeddings")
     p.add_argument("run_dir", help="directory with checkpoint.pt")
     p.add_argument("--manifest", help="default: the run's dataset under data/prepared")
-    p.add_argument("--out", help="default RUN_DIR/embeddings.npz")
+    p.add_argument("--out", help="default RUN_DIR/embeddings.npz, with --method results/runs/D/METHOD/seedS/...")
+    p.add_argument("--method", help="embed with this method's test-time options: one that re-embeds RUN_DIR's "
+                                    "checkpoint (checkpoint_of); default: the method it was trained as")
+    p.add_argument("--config", action="append", metavar="YAML",
+                   help="with --method: params file; repeat for overlays (default: params.yaml)")
     p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=cmd_embed)
 

@@ -12,6 +12,14 @@ wins), so a method section only states what differs from the defaults.
 A method may derive from another with ``base: <method>``: its section is
 deep-merged over the (resolved) base section, so an ablation states only what
 it changes (e.g. ``abe8_nodiv: {base: abe8, options: {divergence_weight: 0}}``).
+
+A method that changes only test-time behaviour states ``checkpoint_of: <method>``:
+it is not trained, its runs re-embed that method's checkpoints with its own
+options (so a table's "at test" rows and the trained method's row come from the
+same networks). Its resolved section may differ from that method's only in
+:data:`PRESENTATION_KEYS` and in the options its recipe declares test-time
+(``Recipe.TEST_TIME_OPTIONS``); anything else is a :class:`ConfigError` naming
+the key. ``checkpoint_of`` is read from the method's own entry, never inherited.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ import jsonschema
 import yaml
 
 SCHEMA_RESOURCE = "params.schema.json"
+#: entries (of a method or a dataset) that only name things or steer the report; they never change a run.
+PRESENTATION_KEYS = ("label", "recall_ks")
+#: stands for a key that one of two compared mappings does not have (:func:`differing_keys`).
+_ABSENT = object()
 
 
 class ConfigError(ValueError):
@@ -97,6 +109,9 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
             raise ConfigError(f"{source}: methods.{name}.per_dataset names {unknown}, which are not under 'datasets'")
         if "name" not in method["loss"]:
             raise ConfigError(f"{source}: methods.{name}.loss (with its bases) has no 'name'")
+    for name in config.get("methods", {}):
+        if checkpoint_source(config, name) is not None:
+            check_checkpoint_source(config, name, source)
     for table_name, table in config.get("tables", {}).items():
         for key, section in (("datasets", "datasets"), ("methods", "methods")):
             unknown = [name for name in table[key] if name not in config[section]]
@@ -179,6 +194,7 @@ def resolve_method(config: Mapping[str, Any], method: str, dataset: str | None =
         if dataset is not None:
             merged = deep_merge(merged, per_dataset.get(dataset, {}))
     merged.pop("base", None)
+    merged.pop("checkpoint_of", None)
     return merged
 
 
@@ -190,6 +206,84 @@ def ensemble_spec(config: Mapping[str, Any], method: str) -> tuple[str, int] | N
     """
     node = section(config, "methods", method)
     return (node["base"], int(node["ensemble_members"])) if "ensemble_members" in node else None
+
+
+def checkpoint_source(config: Mapping[str, Any], method: str) -> str | None:
+    """The method whose checkpoints ``method`` re-embeds (its own ``checkpoint_of``), None for the others."""
+    return section(config, "methods", method).get("checkpoint_of")
+
+
+def has_training(config: Mapping[str, Any], method: str) -> bool:
+    """Whether the workflow trains ``method`` itself: neither an ensemble of other runs
+    (``ensemble_members``) nor a re-embedding of another method's checkpoints (``checkpoint_of``)."""
+    return ensemble_spec(config, method) is None and checkpoint_source(config, method) is None
+
+
+def differing_keys(left: Mapping[str, Any], right: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Dotted keys of the leaves where two nested mappings differ; a key on one side only differs.
+
+    >>> differing_keys({"a": {"x": 1, "y": 2}, "b": 1}, {"a": {"x": 1, "y": 3}, "c": {"z": 0}})
+    ['a.y', 'b', 'c.z']
+    """
+    keys = []
+    for key in sorted(set(left) | set(right)):
+        a, b = left.get(key, _ABSENT), right.get(key, _ABSENT)
+        if isinstance(a, Mapping) or isinstance(b, Mapping):
+            if all(isinstance(v, Mapping) or v is _ABSENT for v in (a, b)):
+                keys += differing_keys({} if a is _ABSENT else a, {} if b is _ABSENT else b, f"{prefix}{key}.")
+                continue
+        if a != b:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+def test_time_options(recipe: str) -> frozenset[str]:
+    """The options of a recipe that change only how a trained model embeds (``Recipe.TEST_TIME_OPTIONS``)."""
+    from dmlbench.methods import recipe_class
+
+    return recipe_class(recipe).TEST_TIME_OPTIONS
+
+
+def training_differences(trained: Mapping[str, Any], reused: Mapping[str, Any]) -> list[str]:
+    """Dotted keys where two resolved method sections (:func:`resolve_method`, or a run's
+    ``method_config`` with its ``training``) differ in a way that changes the trained network:
+    every key but :data:`PRESENTATION_KEYS` and the recipe's test-time options; ``['recipe']`` when
+    the recipes differ."""
+    if trained.get("recipe") != reused.get("recipe"):
+        return ["recipe"]
+    ignored = {*PRESENTATION_KEYS, *(f"options.{name}" for name in test_time_options(trained["recipe"]))}
+    return [key for key in differing_keys(trained, reused) if key not in ignored]
+
+
+def check_checkpoint_source(config: Mapping[str, Any], method: str, source: str = "params") -> None:
+    """``methods.<method>.checkpoint_of`` names another trained method that trains exactly like
+    ``method`` on every dataset (see the module doc).
+
+    Raises:
+        ConfigError: naming the first differing keys and the two ways out.
+    """
+    trained = config["methods"][method]["checkpoint_of"]
+    where = f"{source}: methods.{method}.checkpoint_of = {trained!r}"
+    if trained == method:
+        raise ConfigError(f"{where} names the method itself; a method that trains its own checkpoint has no "
+                          "checkpoint_of")
+    if trained not in config["methods"]:
+        raise ConfigError(f"{where} is not defined under 'methods'")
+    if not has_training(config, trained):
+        raise ConfigError(f"{where} has no checkpoint of its own (it is an ensemble or re-embeds another "
+                          "method's checkpoints); name the method that is trained")
+    for dataset in [None, *config.get("datasets", {})]:
+        differences = training_differences(resolve_method(config, trained, dataset),
+                                           resolve_method(config, method, dataset))
+        if differences:
+            recipe = resolve_method(config, trained).get("recipe")
+            on = f" on dataset {dataset!r}" if dataset else ""
+            raise ConfigError(
+                f"{where}, but {method} differs from {trained}{on} in {differences}, which change the training "
+                f"(only recipe {recipe!r}'s test-time options {sorted(test_time_options(recipe))} and "
+                f"{list(PRESENTATION_KEYS)} may differ): set those keys as {trained} has them, or drop "
+                f"checkpoint_of so that {method} is trained itself"
+            )
 
 
 def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int) -> dict[str, Any]:

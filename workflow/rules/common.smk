@@ -4,7 +4,14 @@ import os
 import sys
 from pathlib import Path
 
-from dmlbench.config import ensemble_spec, method_chain, resolve_method, validate_config
+from dmlbench.config import (
+    PRESENTATION_KEYS,
+    checkpoint_source,
+    ensemble_spec,
+    method_chain,
+    resolve_method,
+    validate_config,
+)
 from dmlbench.evaluation.ensemble import member_seeds
 
 validate_config(config, source="snakemake config (params.yaml + overlays)")
@@ -21,11 +28,22 @@ DMLBENCH = "dmlbench"
 RUN_DIR = "results/runs/{dataset}/{method}/seed{seed}"
 
 
-# Ensemble methods (`ensemble_members: E`) are not trained: rule ensemble concatenates member runs.
+# Two kinds of methods are not trained: ensembles (`ensemble_members: E`; rule ensemble concatenates
+# member runs) and methods that change only test-time behaviour (`checkpoint_of: M`; rule reembed
+# embeds M's checkpoint with their options).
 ENSEMBLES = {m: ensemble_spec(config, m) for m in config["methods"] if ensemble_spec(config, m)}
-# (a wildcard regex is embedded in the path's regex: "not followed by a name character", not "$")
-TRAINED_METHOD = f"(?!(?:{'|'.join(ENSEMBLES)})(?![a-z0-9_]))[a-z0-9_]+" if ENSEMBLES else "[a-z0-9_]+"
-ENSEMBLE_METHOD = f"(?:{'|'.join(ENSEMBLES)})(?![a-z0-9_])" if ENSEMBLES else "(?!)"
+REEMBEDDED = {m: checkpoint_source(config, m) for m in config["methods"] if checkpoint_source(config, m)}
+
+
+def one_of(methods):
+    """Wildcard regex matching exactly one of `methods` (none when empty). It is embedded in the path's
+    regex, so the name ends at "not followed by a name character", not at "$"."""
+    return f"(?:{'|'.join(methods)})(?![a-z0-9_])" if methods else "(?!)"
+
+
+TRAINED_METHOD = f"(?!{one_of([*ENSEMBLES, *REEMBEDDED])})[a-z0-9_]+"
+ENSEMBLE_METHOD = one_of(ENSEMBLES)
+REEMBEDDED_METHOD = one_of(REEMBEDDED)
 
 
 wildcard_constraints:
@@ -37,12 +55,12 @@ wildcard_constraints:
 
 def table_runs(table, filename, trained_only=False):
     """Paths of `filename` in every run (dataset × method × seed) of tables.<table>; with
-    `trained_only`, ensemble methods (which have no training log) are left out."""
+    `trained_only`, the methods that are not trained (no training log) are left out."""
     spec = config["tables"][table]
     return expand(
         f"{RUN_DIR}/{filename}",
         dataset=spec["datasets"],
-        method=[m for m in spec["methods"] if not (trained_only and m in ENSEMBLES)],
+        method=[m for m in spec["methods"] if not (trained_only and (m in ENSEMBLES or m in REEMBEDDED))],
         seed=spec.get("seeds", config["seeds"]),
     )
 
@@ -69,10 +87,6 @@ def subkeys(key, exclude=()):
 def method_keys(method, exclude=()):
     """Dotted keys of a method's section and of its bases' sections (`base:` inheritance)."""
     return [key for name in method_chain(config, method) for key in subkeys(f"methods.{name}", exclude)]
-
-
-# Entries that only name things or steer later steps; they do not change the data or the training.
-PRESENTATION_KEYS = ("label", "recall_ks")
 
 
 def tracked_params(rule_name, keys):

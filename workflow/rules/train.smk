@@ -1,4 +1,6 @@
-# train: one run (dataset, method, seed) → the selected checkpoint and the per-epoch log.
+# train: one run (dataset, method, seed) → the selected checkpoint and the per-epoch log; embed: its test
+# embeddings. A method that changes only test-time behaviour (checkpoint_of) is not trained: reembed
+# embeds its trained method's checkpoint with its options. An ensemble concatenates member runs.
 # Resume checkpoints live under .scratch/ (not an output), so a killed job continues.
 
 
@@ -60,6 +62,24 @@ rule embed:
     shell:
         "{DMLBENCH} embed $(dirname {input.checkpoint}) --manifest {input.data}/manifest.csv --out {output}"
         " --threads {threads} > {log} 2>&1"
+
+
+rule reembed:
+    wildcard_constraints:
+        method=REEMBEDDED_METHOD,
+    input:
+        checkpoint=lambda w: f"results/runs/{w.dataset}/{REEMBEDDED[w.method]}/seed{w.seed}/checkpoint.pt",
+        data="data/prepared/{dataset}",
+    output:
+        f"{RUN_DIR}/embeddings.npz",
+    params:
+        tracked=tracked_params("reembed", lambda w: method_keys(w.method, PRESENTATION_KEYS)),
+    threads: 1
+    log:
+        "results/logs/reembed/{dataset}/{method}/seed{seed}.log",
+    shell:
+        "{DMLBENCH} embed $(dirname {input.checkpoint}) --method {wildcards.method}"
+        " --manifest {input.data}/manifest.csv --out {output} --threads {threads} {CONFIG_ARGS} > {log} 2>&1"
 
 
 def ensemble_members(wildcards):

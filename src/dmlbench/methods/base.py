@@ -70,6 +70,9 @@ class Recipe:
 
     #: dataclass of ``methods.<name>.options``; None: the recipe takes no options.
     options_class: ClassVar[type | None] = None
+    #: options that change only how a trained model embeds the test set, never the training: a method
+    #: that differs from another only in these re-embeds its checkpoints (``checkpoint_of``).
+    TEST_TIME_OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, run: Mapping[str, Any]):
         self.run = run

@@ -65,7 +65,7 @@ def build_report(
         label: LaTeX ``\\label`` of the table.
         references: add the primary paper numbers of the table's methods and datasets.
         log_runs: the runs whose ``log.csv`` the training-curves plot reads (default: all;
-            ensembles of trained runs have none).
+            ensembles and methods that re-embed another checkpoint have none).
         health_checks: mechanism-health checks per (dataset, method) (the recipes'
             :meth:`~dmlbench.methods.base.Recipe.health_checks`); failing cells are marked.
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dmlbench.atomic import atomic_output
+from dmlbench.config import ConfigError, training_differences
 from dmlbench.methods import build_recipe
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.data import load_run_data
@@ -20,8 +23,24 @@ def write_npz(path: Path, **arrays: np.ndarray) -> None:
         np.savez(tmp, **arrays)
 
 
-def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: str | Path) -> Path:
+def reuse_differences(trained: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    """Keys where ``run`` would train differently from the run a checkpoint was trained as (both
+    :func:`~dmlbench.config.resolve_run` dicts): its dataset, seed, method section or training settings,
+    apart from names and the recipe's test-time options (:func:`~dmlbench.config.training_differences`)."""
+    def trained_as(r: Mapping[str, Any]) -> dict[str, Any]:
+        return {**r["method_config"], "training": r["training"]}
+
+    return [key for key in ("dataset", "seed") if trained[key] != run[key]] + training_differences(
+        trained_as(trained), trained_as(run))
+
+
+def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: str | Path,
+              run: Mapping[str, Any] | None = None) -> Path:
     """Embed the test images (or query + gallery) of a trained run with its recipe's test-time embedding.
+
+    ``run`` (default: the run stored in the checkpoint) is the resolved run whose test-time options
+    embed: another method's run that re-embeds this checkpoint (``checkpoint_of``) and differs from
+    the stored one only in test-time options (:func:`reuse_differences`; else a ConfigError).
 
     Writes ``embeddings`` (N, d) float32, ``labels`` (N,) int64, ``split`` (N,)
     when the dataset is query/gallery, ``learner_slices`` (M, 2) [start, stop)
@@ -30,7 +49,13 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     ``num_parameters``, ``gflops`` (per test image) and the recipe's training summary.
     """
     checkpoint = load_checkpoint(checkpoint_path)
-    run = checkpoint["run"]
+    trained = checkpoint["run"]
+    run = trained if run is None else run
+    differences = reuse_differences(trained, run)
+    if differences:
+        raise ConfigError(f"{checkpoint_path} was trained as {trained['method']}; {run['method']} differs from it in "
+                          f"{differences}, which change the training, so it cannot re-embed this checkpoint: "
+                          f"train {run['method']} itself")
     recipe = build_recipe(run)
     model = recipe.build_model()
     model.load_state_dict(checkpoint["model"])
