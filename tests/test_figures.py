@@ -52,6 +52,10 @@ def test_inputs_are_the_runs_of_every_seed(params):
     ({k: v for k, v in LINE.items() if k != "x_label"}, r"missing key\(s\) \['x_label'\]"),
     ({"kind": "attention_maps", "dataset": "synthetic", "method": "margin", "images": 0}, "images must be"),
     ({"kind": "training_curves", "dataset": "synthetic", "methods": [], "columns": ["val_R@1"]}, "names no method"),
+    ({"kind": "training_curves", "dataset": "synthetic", "methods": ["margin", "mpn_test_rknn"], "columns": ["loss"]},
+     r"methods \['mpn_test_rknn'\] are not trained themselves .* no log.csv"),
+    ({"kind": "attention_maps", "dataset": "synthetic", "method": "mpn_ens2", "images": 2},
+     r"methods \['mpn_ens2'\] are not trained themselves .* no checkpoint.pt"),
 ])
 def test_bad_figure_specs_name_the_key(params, figure, message):
     with pytest.raises(ConfigError, match=message):

@@ -21,15 +21,14 @@ from matplotlib.figure import Figure
 from dmlbench.config import ConfigError
 from dmlbench.report.plots import _plain, _style_context, _write_png
 
-from .common import figure_seeds, method_label, require, run_file
+from .common import check_methods, figure_seeds, method_label, require, run_file
 
 CELL_IN = 1.6
 
 
 def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
     require(spec, ("method", "images"), where)
-    if spec["method"] not in config.get("methods", {}):
-        raise ConfigError(f"{where}.method = {spec['method']!r} is not defined under 'methods'")
+    check_methods(config, [spec["method"]], f"{where}.method", trained="checkpoint.pt")
     if isinstance(spec["images"], bool) or not isinstance(spec["images"], int) or not 1 <= spec["images"] <= 16:
         raise ConfigError(f"{where}.images must be an integer in 1..16, got {spec['images']!r}")
 

@@ -9,7 +9,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from dmlbench.config import ConfigError, resolve_method
+from dmlbench.config import ConfigError, has_training, resolve_method
 from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH
 
 RUNS_DIR = Path("results/runs")
@@ -25,14 +25,24 @@ def run_file(dataset: str, method: str, seed: int, filename: str) -> str:
     return str(RUNS_DIR / dataset / method / f"seed{seed}" / filename)
 
 
-def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str) -> list[str]:
-    """Every name is a defined method; returns them as a list."""
+def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str, *,
+                  trained: str | None = None) -> list[str]:
+    """Every name is a defined method; returns them as a list.
+
+    Args:
+        trained: the run file the figure reads (``log.csv``, ``checkpoint.pt``) when only methods
+            that the workflow trains themselves have it; None when any method will do.
+    """
     methods = list(methods)
     if not methods:
         raise ConfigError(f"{where}: names no method")
     unknown = [m for m in methods if m not in config.get("methods", {})]
     if unknown:
         raise ConfigError(f"{where}: methods {unknown} are not defined under 'methods'")
+    untrained = [m for m in methods if trained and not has_training(config, m)]
+    if untrained:
+        raise ConfigError(f"{where}: methods {untrained} are not trained themselves (ensemble_members or "
+                          f"checkpoint_of), so they have no {trained}; name the method they come from")
     return methods
 
 

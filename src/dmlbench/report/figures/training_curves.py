@@ -22,7 +22,7 @@ from .common import RUNS_DIR, check_methods, figure_seeds, method_label, require
 
 def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
     require(spec, ("methods", "columns"), where)
-    check_methods(config, spec["methods"], f"{where}.methods")
+    check_methods(config, spec["methods"], f"{where}.methods", trained="log.csv")
     if not spec["columns"] or not all(isinstance(c, str) for c in spec["columns"]):
         raise ConfigError(f"{where}.columns must list log.csv column names")
 
