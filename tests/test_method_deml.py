@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from dmlbench.losses import BinomialDevianceLoss
 from dmlbench.losses.deml_adversary import AdversaryNetwork, contrastive_hinge_diversity, grad_reverse
 from dmlbench.losses.deml_loss import DeMLLoss, activation_decay, nontrivial_solution_penalty
+from dmlbench.config import resolve_run
 from dmlbench.methods import OptionsError, build_recipe
 from dmlbench.methods.deml import DeMLOptions
 from dmlbench.models.deml_attention import (
@@ -20,10 +23,16 @@ from dmlbench.models.deml_attention import (
     crop_and_zoom,
     largest_component,
     object_saliency,
+    oam_saliency,
     paste_into_image,
     random_walk_saliency,
     transition_matrix,
 )
+from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.transforms import eval_transform
+from dmlbench.methods.base import TrainContext
+from dmlbench.methods.deml import HEALTH_KEYS, oam_health, transformed_box
+from dmlbench.methods.health import failed_checks
 from dmlbench.training.trainer import train_run
 
 from conftest import tiny_run
@@ -149,12 +158,53 @@ def test_oam_box_finds_a_known_object_in_feature_maps():
     assert 12 <= y0 <= 20 and 36 <= y1 <= 44 and 20 <= x0 <= 28 and 44 <= x1 <= 52
 
 
+def _large_object_maps(seed: int, side: int = 14, channels: int = 8) -> torch.Tensor:
+    """(1, 1, C, side, side) noisy features with a large object: cells 2..11 of 14 on both axes
+    (51 % of the map) share one feature direction; the background is noise."""
+    generator = torch.Generator().manual_seed(seed)
+    features = torch.randn(1, 1, channels, side, side, generator=generator) * 0.3
+    features[..., 2:12, 2:12] += torch.randn(channels, generator=generator)[:, None, None]
+    return features
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_default_oam_localises_a_large_object(seed):
+    """The object covers half the map: without the code's Gaussian spatial term the walk gathers
+    the mass on the rarer background. Object pixels 16..48 of 56 (4 px per cell)."""
+    saliency = oam_saliency([_large_object_maps(seed)], (56, 56), 10, DeMLOptions().oam_variant)[0]
+    inside = torch.zeros(56, 56, dtype=torch.bool)
+    inside[8:48, 8:48] = True
+    assert saliency[inside].mean() > saliency[~inside].mean()
+    x0, y0, x1, y1 = attention_box(saliency[None])[0].tolist()
+    assert x0 <= 8 and y0 <= 8 and x1 >= 48 and y1 >= 48
+
+
+def test_paper_oam_prefers_the_rarer_background_on_a_large_object():
+    saliency = oam_saliency([_large_object_maps(0)], (56, 56), 10, "paper")[0]
+    inside = torch.zeros(56, 56, dtype=torch.bool)
+    inside[8:48, 8:48] = True
+    assert saliency[inside].mean() < saliency[~inside].mean()
+
+
+@pytest.mark.parametrize("variant", ["paper", "code"])
+def test_saliency_weighs_layers_equally(variant):
+    """Layer A (one map) is layer B (three identical CAM-branch maps) mirrored left–right: with one
+    vote per layer the averaged saliency is mirror-symmetric; one vote per map would give B 3/4."""
+    layer_b = _large_object_maps(1, side=8).expand(3, 1, 8, 8, 8).clone()
+    layer_b[..., :, :, 4:] = 0.0  # B's right half is flat, A's left half
+    layer_a = layer_b[:1].flip(-1)
+    saliency = oam_saliency([layer_a, layer_b], (32, 32), 10, variant)[0]
+    assert torch.allclose(saliency, saliency.flip(-1), atol=1e-5)
+    only_b = oam_saliency([layer_b], (32, 32), 10, variant)[0]
+    assert not torch.allclose(only_b, only_b.flip(-1), atol=1e-2)
+
+
 # ------------------------------------------------------------------------------ CAM and gradient reversal
 def test_cam_reweights_channels():
     cam = ChannelAttention(6, hidden=4)
     x = torch.randn(2, 6, 5, 5)
     weights = cam.weights(x)
-    assert weights.shape == (2, 6, 1, 1) and ((weights > 0) & (weights < 1)).all()
+    assert weights.shape == (2, 6, 1, 1) and weights.flatten(1).std(1).min() > 0
     assert torch.allclose(cam(x), x * weights)
     per_position = ChannelAttention(6, hidden=4, pooled=False).weights(x)
     assert per_position.shape == (2, 6, 5, 5) and per_position.std(dim=(2, 3)).min() > 0
@@ -214,13 +264,42 @@ def test_binomial_deviance_by_hand_and_averaged_over_learners():
 def test_activation_decay_and_nontrivial_term_by_hand():
     outputs = [torch.tensor([[[3.0, 4.0], [0.0, 1.0]]])]  # 1 learner, 2 images: ½ (25 + 1) / 2
     assert float(activation_decay(outputs)) == pytest.approx(6.5)
-    # rows of ω: ‖(1, 1)‖² = 2, ‖(0, 1)‖² = 1 → (2 − 1)² + 0; the off-diagonal of ωωᵀ is not penalised
-    assert float(nontrivial_solution_penalty([torch.tensor([[1.0, 1.0], [0.0, 1.0]])])) == pytest.approx(1.0)
+    # rows of ω: ‖(1, 1)‖² = 2, ‖(0, 1)‖² = 1 → (2 − 1)² + 0; ωωᵀ's off-diagonal is not penalised
+    omega = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
+    assert float(nontrivial_solution_penalty([omega], variant="paper")) == pytest.approx(1.0)
     loss = DeMLLoss(BinomialDevianceLoss(), num_scales=1, learners_per_scale=1, learner_dim=2,
-                    decay_weight=0.014, ntri_weight=0.25)
+                    decay_weight=0.014, ntri_weight=0.25, ntri_variant="paper")
     terms = loss(outputs, torch.tensor([0, 1]), [torch.tensor([[1.0, 1.0], [0.0, 1.0]])])
     assert float(terms.decay) == pytest.approx(0.014 * 6.5) and float(terms.ntri) == pytest.approx(0.25)
     assert float(terms.adversary) == 0.0  # one learner: no adversary
+
+
+def test_code_scaled_nontrivial_term_by_hand():
+    """The released code: λ2 = 0.5 × the mean over the rows of each distinct matrix; a matrix shared
+    by the learners of a scale counts once. Rows with ‖ω_k‖² = 1/3 (PyTorch's default init) and 1."""
+    shared = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]) / torch.tensor([[3.0], [3.0 ** 0.5]])
+    other = torch.eye(2, 3)
+    code = nontrivial_solution_penalty([shared, shared, other], variant="code")
+    assert float(code) == pytest.approx(((1 / 3 - 1) ** 2 + (1 / 3 - 1) ** 2) / 2 + 0.0)
+    paper = nontrivial_solution_penalty([shared, shared, other], variant="paper")
+    assert float(paper) == pytest.approx(2 * 2 * (2 / 3) ** 2)
+    assert DeMLOptions().ntri_variant == "code" and DeMLOptions().lambda2 == 0.5
+    assert DeMLOptions(ntri_variant="paper").lambda2 == 0.25
+
+
+def test_nontrivial_term_at_init_is_small_next_to_the_metric(params):
+    """The embedded default DeML(3, 3) at initialisation: the code's scale gives L_ntri ≈ 0.5 × 3 ×
+    (1 − 1/3)² ≈ 0.67 next to a binomial deviance of ≈ 13; the paper's sum over 9 learners × 56
+    rows at λ2 = 0.25 gave 56, four times the metric."""
+    torch.manual_seed(0)
+    run = resolve_run(params, "synthetic", "deml", 0)
+    run["training"]["device"] = "cpu"
+    recipe = build_recipe(run)
+    model, loss = recipe.build_model(), recipe.build_loss(40)
+    images, labels = torch.rand(16, 3, 56, 56), torch.arange(4).repeat_interleave(4)
+    with torch.no_grad():
+        terms = loss(model.learner_outputs(images), labels, model.learner_weights())
+    assert 0.01 < float(terms.ntri) / float(terms.metric) < 0.2
 
 
 def test_contrastive_hinge_diversity_by_hand():
@@ -308,15 +387,86 @@ def test_adversary_weight_defaults_follow_the_variant():
 
 
 def test_training_is_deterministic_and_logs_the_terms(params, tiny_manifest, tmp_path):
+    """The tiny dataset has no boxes: the health numbers are NaN in log.csv and absent from the summary."""
     run = deml_run(params, epochs=1, num_scales=2, num_cams=2, oam_variant="code", adversary="grl")
-    states = []
+    states, summaries = [], []
     for name in ("a", "b"):
         train_run(run, tiny_manifest, tmp_path / name, tmp_path / f"scratch_{name}", progress=False)
-        states.append(torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)["model"])
+        checkpoint = torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)
+        states.append(checkpoint["model"])
+        summaries.append(checkpoint["summary"])
     assert states[0].keys() == states[1].keys()
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
     log = (tmp_path / "a" / "log.csv").read_text().splitlines()
     header = log[0].split(",")
-    assert {"loss_metric", "loss_adversary", "loss_decay", "loss_ntri", "learner_cosine"} <= set(header)
     row = dict(zip(header, log[1].split(",")))
-    assert -1 <= float(row["learner_cosine"]) <= 1 and float(row["loss_ntri"]) > 0
+    assert math.isfinite(float(row["learner_cosine"])) and float(row["loss_ntri"]) > 0
+    assert all(row[key] in ("", "nan") for key in HEALTH_KEYS)  # NaN
+    assert summaries[0] == {}
+
+
+# ------------------------------------------------------------------------------ mechanism health
+def _boxed_context(tmp_path, run) -> TrainContext:
+    """Two 24×24 validation images whose object box is (4, 6, 12, 10) px (x, y, w, h)."""
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"{i}.png"
+        Image.new("RGB", (24, 24), (i * 50, 0, 0)).save(path)
+        paths.append(str(path))
+    val = ImageDataset(paths, np.array([0, 1]), eval_transform(run["training"]["image"]))
+    data = SimpleNamespace(val=val, val_boxes=np.array([[4.0, 6.0, 12.0, 10.0]] * 2), train_boxes=None)
+    return TrainContext(data=data, device=torch.device("cpu"), eval_batch_size=16)
+
+
+class _FixedOAM(torch.nn.Module):
+    """A model whose scale-0 OAM returns a given saliency map and crop box for every image."""
+
+    def __init__(self, saliency: torch.Tensor, crop: list[float]):
+        super().__init__()
+        self.map, self.crop = saliency, torch.tensor([crop])
+
+    def first_proposal(self, images):
+        return self.map.expand(len(images), -1, -1), self.crop.expand(len(images), 4)
+
+
+def test_oam_health_measures_the_object_in_the_transformed_image(params, tmp_path):
+    """Resize 24 → 24, centre crop 20: the box moves by −2 px to (2, 4)–(14, 14)."""
+    run = deml_run(params)
+    context = _boxed_context(tmp_path, run)
+    assert transformed_box(context.data.val, 0, context.data.val_boxes[0]).tolist() == [2.0, 4.0, 14.0, 14.0]
+    on_object = torch.zeros(20, 20)
+    on_object[4:14, 2:14] = 1.0
+    healthy = oam_health(_FixedOAM(on_object, [1.0, 3.0, 15.0, 17.0]), context)
+    assert healthy == {"health/saliency_in_object": 1.0, "health/crop_contains_object": 1.0,
+                       "health/crop_area": pytest.approx(14 * 14 / 400)}
+    dead = oam_health(_FixedOAM(1 - on_object, [0.0, 0.0, 8.0, 8.0]), context)  # crop covers 6×4 of 12×10
+    assert dead["health/saliency_in_object"] == 0.0 and dead["health/crop_contains_object"] == 0.0
+    context.data.val_boxes = np.full((2, 4), np.nan)
+    assert all(math.isnan(v) for v in oam_health(_FixedOAM(on_object, [0.0, 0.0, 8.0, 8.0]), context).values())
+
+
+def test_health_checks_fail_on_dead_values_and_pass_on_healthy(params):
+    checks = build_recipe(resolve_run(params, "synthetic", "deml", 0)).health_checks()
+    keys = {"health/saliency_in_object", "health/crop_contains_object", "self_similarity", "learners_mean/R@1"}
+    assert {c.key for c in checks} == keys
+    healthy = {"health/saliency_in_object": 0.95, "health/crop_contains_object": 0.9, "self_similarity": 0.1,
+               "learners_mean/R@1": 0.15}
+    dead = {"health/saliency_in_object": 0.34, "health/crop_contains_object": 0.2, "self_similarity": 0.95,
+            "learners_mean/R@1": 0.02}
+    assert failed_checks(checks, healthy) == []
+    assert len(failed_checks(checks, dead)) == 4
+    for key in keys:  # each bound fails on its own dead value
+        assert len(failed_checks(checks, {**healthy, key: dead[key]})) == 1
+
+
+@pytest.mark.parametrize(("dataset", "method", "expected"), [
+    ("synthetic", "deml_i1j8_noadv", {"learners_mean/R@1"}),  # no adversary, one scale: no OAM check
+    ("synthetic", "deml_i1j8", {"self_similarity", "learners_mean/R@1"}),
+    ("synthetic", "deml_i3j1", {"health/saliency_in_object", "health/crop_contains_object", "learners_mean/R@1"}),
+    ("synthetic", "deml_u512_act", set()),
+    ("sop", "deml_i3j1", {"learners_mean/R@1"}),  # SOP has no boxes
+    ("cub200_cropped", "deml_i3j1", {"learners_mean/R@1"}),
+])
+def test_health_checks_follow_the_options_and_the_dataset(params, dataset, method, expected):
+    checks = build_recipe(resolve_run(params, dataset, method, 0)).health_checks()
+    assert {c.key for c in checks} == expected

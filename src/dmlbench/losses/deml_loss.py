@@ -15,7 +15,18 @@
   (i, j). The trace of a Hadamard square only reads the diagonal, so this is
   λ2 Σ_ij Σ_k (‖ω_k‖² − 1)²: every output unit's weight row is kept at unit norm, which is
   what stops L_decay from driving all weights to 0 (the paper's stated purpose). We
-  implement the formula as printed (not the full ‖ω ωᵀ − I‖²_F).
+  implement the formula as printed (not the full ‖ω ωᵀ − I‖²_F), at one of two scales
+  (``ntri_variant``):
+
+  - ``code`` (default): the released code's scale. Its ``InnerProduct`` layer with
+    ``act_init: true, lamda: 0.5`` adds 4 (λ/w) (‖ω_k‖² − 1) ω_k to the gradient of each row,
+    the gradient of (λ/w) Σ_k (‖ω_k‖² − 1)², once per *distinct* matrix (the J learners of a
+    scale share theirs): L_ntri = λ2 Σ_matrices mean_k (‖ω_k‖² − 1)², λ2 = 0.5
+    (:data:`CODE_NTRI_WEIGHT`).
+  - ``paper``: the sum over the I·J learners and their w rows, λ2 = 0.25 (§4). With PyTorch's
+    default init (‖ω_k‖² ≈ 1/3) and the embedded DeML(3, 3) (w = 56, a shared matrix counted
+    once per learner) that is 0.25 × 9 × 56 × 4/9 = 56 at initialisation, four times the
+    metric loss and 84 × the code's 0.67: the term then dominates the first updates.
 
 The authors' code applies the activation decay to the first CA learner of each scale only
 and stops its gradient at the learner's input; we follow the paper (all learners, full
@@ -34,7 +45,15 @@ from torch import Tensor, nn
 from .checks import check_positive
 from .deml_adversary import AdversaryNetwork, contrastive_hinge_diversity
 
-__all__ = ["DeMLLoss", "DeMLLossTerms", "activation_decay", "nontrivial_solution_penalty"]
+__all__ = ["CODE_NTRI_WEIGHT", "DeMLLoss", "DeMLLossTerms", "NTRI_VARIANTS", "PAPER_NTRI_WEIGHT", "activation_decay",
+           "nontrivial_solution_penalty"]
+
+#: The scales of L_ntri: the released code's (default) and the paper's as printed.
+NTRI_VARIANTS = ("code", "paper")
+#: λ2 of the released code (``lamda: 0.5`` of its ``act_init`` inner-product layers), per distinct matrix and row mean.
+CODE_NTRI_WEIGHT = 0.5
+#: λ2 of the paper (§4), per learner and summed over rows.
+PAPER_NTRI_WEIGHT = 0.25
 
 
 def activation_decay(embeddings: Sequence[Tensor]) -> Tensor:
@@ -46,12 +65,19 @@ def activation_decay(embeddings: Sequence[Tensor]) -> Tensor:
     return 0.5 * torch.stack([e.float().pow(2).sum(-1).mean() for e in embeddings]).mean()
 
 
-def nontrivial_solution_penalty(weights: Sequence[Tensor]) -> Tensor:
-    """Σ over learners of tr[(ω ωᵀ − I) ⊙ (ω ωᵀ − I)] = Σ_k (‖ω_k‖² − 1)² (the λ2-free L_ntri).
+def nontrivial_solution_penalty(weights: Sequence[Tensor], variant: str = "code") -> Tensor:
+    """The λ2-free L_ntri from tr[(ω ωᵀ − I) ⊙ (ω ωᵀ − I)] = Σ_k (‖ω_k‖² − 1)².
 
     Args:
-        weights: each learner's (w, d1) weight matrix.
+        weights: each learner's (w, d1) weight matrix (a shared matrix once per learner).
+        variant: 'code': Σ over the distinct matrices of the mean over their rows; 'paper': Σ
+            over the learners of the sum over their rows.
     """
+    if variant not in NTRI_VARIANTS:
+        raise ValueError(f"ntri variant must be one of {NTRI_VARIANTS}, got {variant!r}")
+    if variant == "code":
+        distinct = list({id(w): w for w in weights}.values())
+        return torch.stack([(w.pow(2).sum(1) - 1.0).pow(2).mean() for w in distinct]).sum()
     return torch.stack([(w.pow(2).sum(1) - 1.0).pow(2).sum() for w in weights]).sum()
 
 
@@ -79,13 +105,14 @@ class DeMLLoss(nn.Module):
         adversary_hidden: h of the adversary networks ('grl').
         adversary_margin: m of the contrastive hinge ('contrastive').
         decay_weight: λ1 ≥ 0 (0.014 in the paper; 0 = no activation decay).
-        ntri_weight: λ2 ≥ 0 (0.25 in the paper).
+        ntri_weight: λ2 ≥ 0 (:data:`CODE_NTRI_WEIGHT` for 'code', :data:`PAPER_NTRI_WEIGHT` for 'paper').
+        ntri_variant: the scale of L_ntri, 'code' or 'paper' (:func:`nontrivial_solution_penalty`).
     """
 
     def __init__(self, metric: nn.Module, *, num_scales: int, learners_per_scale: int, learner_dim: int,
                  adversary: Literal["grl", "contrastive", "none"] = "grl", adversary_weight: float = 1.0,
                  adversary_hidden: int = 128, adversary_margin: float = 2.0, decay_weight: float = 0.014,
-                 ntri_weight: float = 0.25):
+                 ntri_weight: float = CODE_NTRI_WEIGHT, ntri_variant: str = "code"):
         super().__init__()
         if adversary not in ("grl", "contrastive", "none"):
             raise ValueError(f"adversary must be 'grl', 'contrastive' or 'none', got {adversary!r}")
@@ -93,6 +120,8 @@ class DeMLLoss(nn.Module):
                             ("ntri_weight", ntri_weight)):
             if value < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {value}")
+        if ntri_variant not in NTRI_VARIANTS:
+            raise ValueError(f"ntri_variant must be one of {NTRI_VARIANTS}, got {ntri_variant!r}")
         check_positive("adversary_margin", adversary_margin)
         self.metric = metric
         self.adversary = adversary if learners_per_scale > 1 and adversary_weight > 0 else "none"
@@ -100,6 +129,7 @@ class DeMLLoss(nn.Module):
         self.adversary_margin = adversary_margin
         self.decay_weight = decay_weight
         self.ntri_weight = ntri_weight
+        self.ntri_variant = ntri_variant
         self.adversaries = nn.ModuleList(
             [AdversaryNetwork(learner_dim, adversary_hidden) for _ in range(num_scales)]
             if self.adversary == "grl" else [])
@@ -120,5 +150,6 @@ class DeMLLoss(nn.Module):
         else:
             adversary = zero
         decay = self.decay_weight * activation_decay(embeddings) if self.decay_weight > 0 else zero
-        ntri = self.ntri_weight * nontrivial_solution_penalty(learner_weights) if self.ntri_weight > 0 else zero
+        ntri = (self.ntri_weight * nontrivial_solution_penalty(learner_weights, self.ntri_variant)
+                if self.ntri_weight > 0 else zero)
         return DeMLLossTerms(metric + adversary + decay + ntri, metric, adversary, decay, ntri)

@@ -24,6 +24,14 @@ learners is undefined for a single learner, so we read it as U64 + L_act.
 ``epoch_log`` adds the epoch means of the loss terms (``loss_metric``, ``loss_adversary``,
 ``loss_decay``, ``loss_ntri``) and ``learner_cosine``, the mean cosine similarity between
 two CA learners of the same training image (within a scale; NaN with one learner per scale).
+
+Mechanism health (:func:`oam_health`, :meth:`DeMLRecipe.health_checks`, thresholds in
+docs/methods/deml.md): after every epoch, on up to :data:`HEALTH_IMAGES` validation images
+with an object box (the manifest's ``bbox``, via ``RunData.val_boxes``), the share whose
+scale-0 saliency is higher inside the object box than outside (``health/saliency_in_object``),
+the share whose crop covers ≥ :data:`CROP_COVER_FRACTION` of the object box
+(``health/crop_contains_object``) and the crops' mean area (``health/crop_area``); NaN on a
+dataset without boxes, where the OAM checks are not made.
 """
 
 from __future__ import annotations
@@ -33,18 +41,45 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image, ImageDraw
 from torch import nn
 
 from dmlbench.losses import build_loss
-from dmlbench.losses.deml_loss import DeMLLoss
+from dmlbench.data.dataset import ImageDataset
+from dmlbench.losses.deml_loss import CODE_NTRI_WEIGHT, PAPER_NTRI_WEIGHT, DeMLLoss
 from dmlbench.methods.base import Recipe, TrainContext
+from dmlbench.methods.health import HealthCheck
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.deml import DeMLNetwork
+from dmlbench.models.deml_attention import box_coverage, saliency_contrast
 
 #: λ0 used when ``adversary_weight`` is not given: the paper's 1 (grl) or the code's 0.2 per pair (contrastive).
 DEFAULT_ADVERSARY_WEIGHT = {"grl": 1.0, "contrastive": 0.2, "none": 0.0}
+#: λ2 used when ``ntri_weight`` is not given, per ``ntri_variant``.
+DEFAULT_NTRI_WEIGHT = {"code": CODE_NTRI_WEIGHT, "paper": PAPER_NTRI_WEIGHT}
+#: A crop *contains the object* when it covers at least this share of the object box's area. The
+#: crop is the code's square of side (w + h) / 2, which clips an elongated object even when it is
+#: centred on it exactly (a 3:2 box keeps 0.83 of its area; 0.79–0.92 on the synthetic objects).
+CROP_COVER_FRACTION = 0.75
+#: At most this many images with a box (evenly spaced over the validation rows, or over the
+#: training rows without a validation split) are measured for the health numbers each epoch.
+HEALTH_IMAGES = 256
+#: Dataset kinds whose prepared manifest carries object boxes (``bbox``), unless ``cropped``.
+BOXED_KINDS = frozenset({"synthetic", "cub200", "cars196"})
+#: The recipe's health numbers (``log.csv`` every epoch, ``metrics.json`` from the last epoch).
+HEALTH_KEYS = ("health/saliency_in_object", "health/crop_contains_object", "health/crop_area")
+#: Health bounds; measured values and reasons in docs/methods/deml.md, "Mechanism health".
+#: Share of images with more saliency on the object than off it (working OAM: 1.0, dead: 0.34–0.75).
+MIN_SALIENCY_IN_OBJECT = 0.9
+#: Share of scale-0 crops that contain the object (working OAM: 0.97, dead: 0.66).
+MIN_CROP_CONTAINS_OBJECT = 0.8
+#: Mean cosine between two learners of an image (adversary on: −0.04; off: 0.996; paper: 0.92–0.95 off).
+MAX_SELF_SIMILARITY = 0.5
+#: A single CA learner's R@1 above chance (synthetic chance: 39 / 1999 ≈ 0.02; CUB ≈ 0.01).
+MIN_LEARNER_RECALL1 = 0.03
 
 
 @dataclass(frozen=True)
@@ -66,10 +101,13 @@ class DeMLOptions:
         oam_layers: backbone stages whose maps the OAM random walk reads (GoogLeNet:
             inception4e and inception5b, §4; the authors' code: inception5b only).
         oam_iterations: random-walk steps T ≥ 1 (10, §3.1).
-        oam_variant: 'paper' (edge weights ‖u_a − u_b‖, average of all maps and CAM branches)
-            or 'code' (the authors' ProposalCrop: edge weights × a Gaussian of the spatial
-            distance, σ = 0.15 × side, first CAM branch only). Both crop the code's box (largest
-            above-mean region, squared; the paper gives no rule); see
+        oam_variant: 'code' (default; the authors' ProposalCrop: edge weights × a Gaussian of
+            the spatial distance, σ = 0.15 × side, first CAM branch only) or 'paper' (edge weights
+            ‖u_a − u_b‖, average of all CAM branches). Without the spatial term the walk's mass
+            goes to the *rarest* features, the background as soon as the object fills half the
+            map (embedded default after training: saliency higher inside the object on 34 % of
+            the images against 100 % with it). Both give each layer one vote and crop the code's
+            box (largest above-mean region, squared; the paper gives no rule); see
             :mod:`dmlbench.models.deml_attention`.
         adversary: 'grl' (Eq. 4: adversary network behind a gradient reversal layer),
             'contrastive' (authors' code: contrastive hinge, margin ``adversary_margin``,
@@ -80,7 +118,11 @@ class DeMLOptions:
             paper does not state it.
         adversary_margin: margin on the Euclidean distance of unit vectors ('contrastive'; 2 in the code).
         activation_decay: λ1 ≥ 0 of the activation decay (0.014, §4; 0 = without L_act).
-        ntri_weight: λ2 ≥ 0 of the non-trivial-solution term (0.25, §4; only meaningful with λ1 > 0).
+        ntri_variant: the scale of L_ntri: 'code' (the released code: λ2 × the mean over each
+            distinct matrix's rows, summed over matrices) or 'paper' (summed over the I·J
+            learners and their rows); see :mod:`dmlbench.losses.deml_loss`.
+        ntri_weight: λ2 ≥ 0 of the non-trivial-solution term; None = 0.5 for 'code' (the code's
+            ``lamda``), 0.25 for 'paper' (§4); only meaningful with λ1 > 0.
 
     The defaults are DeML(I=3, J=3) with the paper's weights and cut points for the embedded
     ``small_cnn`` at 56 px: CAMs on stage2 (7×7), OAM on stage2 (7×7) and stage3 (4×4) —
@@ -95,13 +137,14 @@ class DeMLOptions:
     share_learners: bool = True
     oam_layers: tuple[str, ...] = ("stage2", "stage3")
     oam_iterations: int = 10
-    oam_variant: Literal["paper", "code"] = "paper"
+    oam_variant: Literal["code", "paper"] = "code"
     adversary: Literal["grl", "contrastive", "none"] = "grl"
     adversary_weight: float | None = None
     adversary_hidden: int = 128
     adversary_margin: float = 2.0
     activation_decay: float = 0.014
-    ntri_weight: float = 0.25
+    ntri_variant: Literal["code", "paper"] = "code"
+    ntri_weight: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -114,7 +157,7 @@ class DeMLOptions:
             (self.adversary_hidden >= 1, "adversary_hidden must be ≥ 1"),
             (self.adversary_margin > 0, "adversary_margin must be > 0"),
             (self.activation_decay >= 0, "activation_decay must be ≥ 0"),
-            (self.ntri_weight >= 0, "ntri_weight must be ≥ 0"),
+            (self.ntri_weight is None or self.ntri_weight >= 0, "ntri_weight must be ≥ 0"),
         ]
         for ok, message in checks:
             if not ok:
@@ -124,6 +167,11 @@ class DeMLOptions:
     def lambda0(self) -> float:
         """The adversary weight in effect."""
         return DEFAULT_ADVERSARY_WEIGHT[self.adversary] if self.adversary_weight is None else self.adversary_weight
+
+    @property
+    def lambda2(self) -> float:
+        """The L_ntri weight in effect."""
+        return DEFAULT_NTRI_WEIGHT[self.ntri_variant] if self.ntri_weight is None else self.ntri_weight
 
 
 _TERMS = ("metric", "adversary", "decay", "ntri")
@@ -139,6 +187,9 @@ class DeMLRecipe(Recipe):
         super().__init__(run)
         self._sums: dict[str, torch.Tensor] = {}
         self._batches = 0
+        self._model: nn.Module | None = None
+        self._context: TrainContext | None = None
+        self._health: dict[str, float] = dict.fromkeys(HEALTH_KEYS, math.nan)
 
     def _where(self, key: str) -> str:
         return f"methods.{self.run.get('method', '?')}.options.{key}"
@@ -175,7 +226,7 @@ class DeMLRecipe(Recipe):
         return DeMLLoss(metric, num_scales=o.num_scales, learners_per_scale=max(o.num_cams, 1), learner_dim=width,
                         adversary=o.adversary, adversary_weight=o.lambda0, adversary_hidden=o.adversary_hidden,
                         adversary_margin=o.adversary_margin, decay_weight=o.activation_decay,
-                        ntri_weight=o.ntri_weight)
+                        ntri_weight=o.lambda2, ntri_variant=o.ntri_variant)
 
     # --- training -------------------------------------------------------------------------
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
@@ -192,15 +243,51 @@ class DeMLRecipe(Recipe):
         return terms.total
 
     def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
-        """Reset the per-epoch means of the loss terms."""
+        """Reset the per-epoch means of the loss terms; keep the model and data for the health numbers."""
         self._sums, self._batches = {}, 0
+        self._model, self._context = model, context
 
     def epoch_log(self) -> dict[str, float]:
-        """Epoch means of the weighted loss terms and of the training learner cosine."""
+        """Epoch means of the weighted loss terms and of the training learner cosine, and the OAM
+        health numbers of the model after the epoch (:func:`oam_health`; NaN without boxes)."""
         def mean(name: str) -> float:
             return float(self._sums[name]) / self._batches if self._batches and name in self._sums else math.nan
 
-        return {**{f"loss_{name}": mean(name) for name in _TERMS}, "learner_cosine": mean("cosine")}
+        if self._model is not None and self._context is not None:
+            self._health = oam_health(self._model, self._context)
+        return {**{f"loss_{name}": mean(name) for name in _TERMS}, "learner_cosine": mean("cosine"), **self._health}
+
+    def summary(self) -> dict[str, float]:
+        """The last epoch's OAM health numbers (only the finite ones: none on a dataset without boxes)."""
+        return {key: value for key, value in self._health.items() if math.isfinite(value)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The last epoch's health numbers (for :meth:`summary` after a resume)."""
+        return {"health": dict(self._health)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._health = {**dict.fromkeys(HEALTH_KEYS, math.nan), **state.get("health", {})}
+
+    def health_checks(self) -> list[HealthCheck]:
+        """The OAM checks when a scale crops (I ≥ 2) on a dataset with boxes; the diversity check
+        when an adversary separates J ≥ 2 CA learners; the learners' own R@1 when there are ≥ 2.
+        Thresholds and their reasons: docs/methods/deml.md, "Mechanism health"."""
+        o = self.options
+        checks = []
+        if o.num_scales >= 2 and dataset_has_boxes(self.run["dataset_config"]):
+            checks += [
+                HealthCheck("health/saliency_in_object", minimum=MIN_SALIENCY_IN_OBJECT,
+                            meaning="the OAM saliency is not higher on the object than off it"),
+                HealthCheck("health/crop_contains_object", minimum=MIN_CROP_CONTAINS_OBJECT,
+                            meaning="the OAM crops cut the object instead of zooming onto it"),
+            ]
+        if o.num_cams >= 2 and o.adversary != "none" and o.lambda0 > 0:
+            checks.append(HealthCheck("self_similarity", maximum=MAX_SELF_SIMILARITY,
+                                      meaning="the adversary did not decorrelate the CA learners"))
+        if o.num_scales * max(o.num_cams, 1) >= 2:
+            checks.append(HealthCheck("learners_mean/R@1", minimum=MIN_LEARNER_RECALL1,
+                                      meaning="a single CA learner retrieves at chance level"))
+        return checks
 
     # --- test time ------------------------------------------------------------------------
     def embedding_views(self, model: nn.Module) -> dict[str, tuple[int, int]]:
@@ -213,6 +300,82 @@ class DeMLRecipe(Recipe):
         and ``cam<j>`` (scale 0's CAM-attended maps), each (B, h, w) in [0, 1]; see
         :meth:`DeMLNetwork.attention`."""
         return model.attention(images)
+
+
+def dataset_has_boxes(dataset_config: Mapping[str, Any]) -> bool:
+    """Whether the dataset's prepared manifest carries object boxes (:data:`BOXED_KINDS`, not cropped)."""
+    return dataset_config.get("kind") in BOXED_KINDS and not dataset_config.get("cropped", False)
+
+
+def _health_rows(context: TrainContext) -> tuple[ImageDataset, np.ndarray, np.ndarray] | None:
+    """The images measured for the health numbers: (dataset with the test transform, row indices,
+    their (N, 4) (x, y, w, h) file-pixel boxes); validation rows, else training rows; None without boxes."""
+    data = context.data
+    if data.val is not None and data.val_boxes is not None:
+        dataset, boxes = data.val, data.val_boxes
+    elif data.train_boxes is not None:
+        dataset, boxes = data.train.with_transform(data.test.transform), data.train_boxes
+    else:
+        return None
+    usable = np.flatnonzero(np.isfinite(boxes).all(1) & (boxes[:, 2] > 0) & (boxes[:, 3] > 0))
+    if not len(usable):
+        return None
+    rows = usable[np.unique(np.linspace(0, len(usable) - 1, min(HEALTH_IMAGES, len(usable))).round().astype(int))]
+    return dataset, rows, boxes[rows]
+
+
+def transformed_box(dataset: ImageDataset, row: int, box: np.ndarray) -> torch.Tensor:
+    """An (x, y, w, h) box of row ``row``'s image file, carried through the dataset's (deterministic)
+    transform as a mask image: (x0, y0, x1, y1) pixels of the transformed image, end exclusive
+    (all zero when the box leaves the crop)."""
+    with Image.open(dataset.paths[row]) as image:
+        size = image.size
+    mask = Image.new("L", size, 0)
+    x, y, w, h = (float(v) for v in box)
+    ImageDraw.Draw(mask).rectangle([x, y, x + w - 1, y + h - 1], fill=255)
+    inside = dataset.transform(mask.convert("RGB"))[0] >= 0.5  # (H, W)
+    rows, cols = inside.any(1).nonzero().flatten(), inside.any(0).nonzero().flatten()
+    if not len(rows):
+        return torch.zeros(4)
+    return torch.tensor([cols[0], rows[0], cols[-1] + 1, rows[-1] + 1], dtype=torch.float32)
+
+
+@torch.no_grad()
+def oam_health(model: nn.Module, context: TrainContext) -> dict[str, float]:
+    """Whether scale 0's OAM finds the object, on up to :data:`HEALTH_IMAGES` images with a box.
+
+    Returns:
+        ``health/saliency_in_object``: share of the images whose mean saliency inside the object
+        box exceeds the mean outside it; ``health/crop_contains_object``: share whose crop (the
+        next scale's input) covers ≥ :data:`CROP_COVER_FRACTION` of the object box's area;
+        ``health/crop_area``: the crops' mean area as a share of the image. All NaN when no
+        image has a box.
+    """
+    subset = _health_rows(context)
+    if subset is None:
+        return dict.fromkeys(HEALTH_KEYS, math.nan)
+    dataset, rows, boxes = subset
+    was_training = model.training
+    model.eval()
+    contrasts, coverages, areas = [], [], []
+    for start in range(0, len(rows), context.eval_batch_size):
+        chunk = range(start, min(start + context.eval_batch_size, len(rows)))
+        images = torch.stack([dataset[int(rows[i])][0] for i in chunk]).to(context.device)
+        objects = torch.stack([transformed_box(dataset, int(rows[i]), boxes[i]) for i in chunk]).to(context.device)
+        saliency, crops = model.first_proposal(images)
+        height, width = images.shape[-2:]
+        contrasts.append(saliency_contrast(saliency, objects).cpu())
+        coverages.append(box_coverage(crops, objects).cpu())
+        areas.append(((crops[:, 2] - crops[:, 0]) * (crops[:, 3] - crops[:, 1]) / (height * width)).cpu())
+    model.train(was_training)
+    contrast, coverage = torch.cat(contrasts), torch.cat(coverages)
+    contrast, coverage = contrast[contrast.isfinite()], coverage[coverage.isfinite()]
+    return {
+        "health/saliency_in_object": float((contrast > 0).float().mean()) if len(contrast) else math.nan,
+        "health/crop_contains_object": (float((coverage >= CROP_COVER_FRACTION).float().mean())
+                                        if len(coverage) else math.nan),
+        "health/crop_area": float(torch.cat(areas).mean()),
+    }
 
 
 def _mean_learner_cosine(outputs: list[torch.Tensor]) -> torch.Tensor:

@@ -20,8 +20,8 @@ scale, learner by learner — I·J·w ≤ d dimensions.
 
 The OAM of scale i reads the maps of ``oam_layers`` produced while embedding x^i: a layer
 up to ``cam_after`` gives one map, a later layer one map per CAM branch (all branches are
-averaged in the 'paper' variant; the 'code' variant uses the first, like the authors'
-``slice_att1``). It runs without gradient.
+averaged in the 'paper' variant; the 'code' variant, the default, uses the first, like the
+authors' ``slice_att1``); each layer has one vote. It runs without gradient.
 """
 
 from __future__ import annotations
@@ -35,14 +35,13 @@ from torch import Tensor, nn
 
 from dmlbench.models.backbones import StagedBackbone, freeze_batchnorm
 from dmlbench.models.deml_attention import (
-    CODE_GAUSSIAN_SIGMA,
     ChannelAttention,
     attention_box,
     box_mask,
     compose_boxes,
     crop_and_zoom,
     minmax_scale,
-    object_saliency,
+    oam_saliency,
     paste_into_image,
 )
 
@@ -74,7 +73,7 @@ class DeMLNetwork(nn.Module):
         cam_pooled: CAM weights per channel (paper) or per position (authors' code).
         oam_layers: stages whose maps the OAM reads (GoogLeNet: inception4e, inception5b).
         oam_iterations: random-walk steps T (10).
-        oam_variant: 'paper' or 'code' (see :mod:`dmlbench.models.deml_attention`).
+        oam_variant: 'code' or 'paper' (:func:`~dmlbench.models.deml_attention.oam_saliency`).
         share_learners: the J learners of a scale share one linear layer.
         freeze_bn: keep every backbone BatchNorm in eval mode with frozen affine parameters.
 
@@ -174,9 +173,14 @@ class DeMLNetwork(nn.Module):
     @torch.no_grad()
     def saliency(self, oam_maps: Sequence[Tensor], size: tuple[int, int]) -> Tensor:
         """The OAM proposal (B, H, W) in [0, 1] from a scale's maps (no gradient)."""
-        if self.oam_variant == "code":
-            return object_saliency([m[:1].detach() for m in oam_maps], size, self.oam_iterations, CODE_GAUSSIAN_SIGMA)
-        return object_saliency([m.detach() for m in oam_maps], size, self.oam_iterations)
+        return oam_saliency(oam_maps, size, self.oam_iterations, self.oam_variant)
+
+    @torch.no_grad()
+    def first_proposal(self, images: Tensor) -> tuple[Tensor, Tensor]:
+        """Scale 0's OAM on ``images`` (B, 3, H, W): the saliency (B, H, W) in [0, 1] and the box
+        (B, 4) (x0, y0, x1, y1) pixels it crops as scale 1's input (the mechanism-health numbers)."""
+        saliency = self.saliency(self._scale_pass(0, images).oam_maps, tuple(images.shape[-2:]))
+        return saliency, attention_box(saliency)
 
     def _passes(self, images: Tensor, last_saliency: bool = False) -> tuple[list[ScalePass], list[Tensor], list[Tensor]]:
         """Embed every scale; return the passes, the saliency map of each scale that was

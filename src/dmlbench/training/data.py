@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.images import parse_bbox
 from dmlbench.data.manifest import ManifestError, contiguous_labels, read_manifest, select_splits
 from dmlbench.data.splits import carve_validation
 from dmlbench.data.transforms import eval_transform, training_transform
@@ -28,6 +30,9 @@ class RunData:
         test: evaluation images (test transform, original labels); its rows follow ``test_split``.
         test_split: (N_test,) split name of each test row ('test', or 'query'/'gallery').
         train_classes: (C,) the manifest label of each training label 0..C-1.
+        train_boxes, val_boxes: (N, 4) float ``(x, y, w, h)`` object boxes in the pixels of each
+            row's image file (the manifest's ``bbox``; NaN rows where it is empty), or None when
+            the manifest has no ``bbox`` column (or there is no validation split).
     """
 
     train: ImageDataset
@@ -36,6 +41,20 @@ class RunData:
     test: ImageDataset
     test_split: np.ndarray
     train_classes: np.ndarray
+    train_boxes: np.ndarray | None = None
+    val_boxes: np.ndarray | None = None
+
+
+def manifest_boxes(rows: pd.DataFrame) -> np.ndarray | None:
+    """(N, 4) ``(x, y, w, h)`` of the rows' ``bbox`` column, NaN where empty; None without the column.
+
+    >>> manifest_boxes(pd.DataFrame({"bbox": ["1 2 3 4", ""]})).tolist()
+    [[1.0, 2.0, 3.0, 4.0], [nan, nan, nan, nan]]
+    """
+    if "bbox" not in rows.columns:
+        return None
+    boxes = [parse_bbox(text) if text else (np.nan,) * 4 for text in rows["bbox"]]
+    return np.array(boxes, dtype=np.float64).reshape(-1, 4)
 
 
 def split_seed(run: Mapping[str, Any]) -> int:
@@ -72,4 +91,6 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
         test=ImageDataset(test_rows["path"].tolist(), test_rows["label"].to_numpy(), eval_transform(image)),
         test_split=test_rows["split"].to_numpy(),
         train_classes=np.asarray(classes),
+        train_boxes=manifest_boxes(train_rows),
+        val_boxes=None if val_rows.empty else manifest_boxes(val_rows),
     )
