@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +13,9 @@ import torch.nn.functional as F
 from dmlbench.evaluation import evaluate_file
 from dmlbench.losses import build_loss
 from dmlbench.methods import OptionsError, build_recipe
-from dmlbench.models.backbones import build_small_cnn
+from dmlbench.methods.diablo import attention_entropy_ratio, dictionary_usage
+from dmlbench.methods.health import failed_checks
+from dmlbench.models.backbones import StagedBackbone, build_small_cnn
 from dmlbench.models.diablo import (
     DIABLO,
     DictionarySelection,
@@ -48,14 +51,13 @@ def diablo_run(params: dict, epochs: int = 2, **options) -> dict:
 
 # --- selection block -------------------------------------------------------------------------------
 @pytest.mark.parametrize("selection", ["feature", "dimension"])
-def test_selection_weights_sum_to_one_over_the_dictionary(selection):
+def test_selection_normalises_over_the_dictionary_axis(selection):
     torch.manual_seed(1)
     block = DictionarySelection(selection, in_channels=5, num_entries=4, channels=3, hardness=2.0)
     weights = block(torch.randn(2, 5, 3, 4))
     # feature-wise: one weight per position (channel axis 1); dimension-wise: per position and dimension
     assert weights.shape == ((2, 4, 1, 3, 4) if selection == "feature" else (2, 4, 3, 3, 4))
-    assert (weights >= 0).all()
-    torch.testing.assert_close(weights.sum(dim=1), torch.ones_like(weights[:, 0]))
+    torch.testing.assert_close(weights.sum(dim=1), torch.ones_like(weights[:, 0]))  # over the N entries only
 
 
 @pytest.mark.parametrize("selection", ["feature", "dimension"])
@@ -71,8 +73,6 @@ def test_large_hardness_gives_the_one_hot_arg_max_of_eq6(selection):
     one_hot = F.one_hot(cosines.argmax(dim=1), n).permute(0, 4, 1, 2, 3).float()
     torch.testing.assert_close(weights, one_hot, rtol=0, atol=1e-12)
     assert torch.equal(weights.argmax(dim=1), cosines.argmax(dim=1))
-    soft = select(cosines, 1.0)  # a small α keeps every entry: Eq. 7 is a relaxation, not the arg max
-    assert (soft > 0.02).all()  # ≥ e^-2 / (e^-2 + 4) ≈ 0.033 for 5 entries and cosines in [-1, 1]
 
 
 def test_cosine_similarity_is_scale_free_and_zero_for_a_zero_feature():
@@ -99,7 +99,7 @@ def test_feature_wise_hand_checked_on_a_2x2_map_with_2_entries():
                              [[0.25, 0.75], [0.5, 0.75]]])   # entry 2
     torch.testing.assert_close(weights[0, :, 0], expected)
     features = torch.tensor([[[2.0, 4.0], [6.0, 8.0]], [[1.0, 1.0], [1.0, 1.0]]]).unsqueeze(0)  # c = 2
-    merged = merge(features, weights)
+    merged = merge(features, weights, scale="paper")  # Eq. 8–9 literally
     assert merged.shape == (1, 2, 2, 2, 2)
     torch.testing.assert_close(merged[0, 0, 0], torch.tensor([[1.5, 1.0], [3.0, 2.0]]))
     torch.testing.assert_close(merged[0, 1, 0], torch.tensor([[0.5, 3.0], [3.0, 6.0]]))
@@ -108,6 +108,7 @@ def test_feature_wise_hand_checked_on_a_2x2_map_with_2_entries():
         for j in range(2):
             torch.testing.assert_close(merged[0, :, :, i, j].reshape(-1),
                                        torch.kron(weights[0, :, 0, i, j], features[0, :, i, j]))
+    torch.testing.assert_close(merge(features, weights, scale="identity"), 2 * merged)  # × N = 2
 
 
 def test_dimension_wise_hand_checked_on_a_2x2_map_with_2_entries():
@@ -119,7 +120,7 @@ def test_dimension_wise_hand_checked_on_a_2x2_map_with_2_entries():
     torch.testing.assert_close(weights[0, :, 0], first)
     torch.testing.assert_close(weights[0, :, 1], first.flip(0))
     features = torch.tensor([[[2.0, 4.0], [6.0, 8.0]], [[4.0, 8.0], [12.0, 4.0]]]).unsqueeze(0)
-    merged = merge(features, weights)
+    merged = merge(features, weights, scale="paper")
     # Eq. 13: (F ⊗ 1_N) ⊙ A
     torch.testing.assert_close(merged[0, 0, 1], torch.tensor([[1.0, 6.0], [6.0, 3.0]]))
     torch.testing.assert_close(merged[0, 1, 1], torch.tensor([[3.0, 2.0], [6.0, 1.0]]))
@@ -128,7 +129,121 @@ def test_dimension_wise_hand_checked_on_a_2x2_map_with_2_entries():
 
 def test_merge_rejects_maps_that_do_not_fit():
     with pytest.raises(ValueError, match=r"expected \(B, N, 1 or c, h, w\)"):
-        merge(torch.ones(1, 3, 2, 2), torch.ones(1, 2, 2, 2, 2))
+        merge(torch.ones(1, 3, 2, 2), torch.ones(1, 2, 2, 2, 2), scale="identity")
+    with pytest.raises(ValueError, match="scale must be 'identity' or 'paper'"):
+        merge(torch.ones(1, 2, 2, 2), torch.ones(1, 2, 2, 2, 2), scale="sum")
+
+
+# --- merge scale: uniform attention is the identity ------------------------------------------------
+@pytest.mark.parametrize("channels", [1, 3], ids=["feature", "dimension"])
+def test_uniform_attention_merges_to_the_identity(channels):
+    """Uniform = 1/N for every entry at every position (and, dimension-wise, every channel): each of
+    the N branches then receives X itself; the paper-literal merge gives X / N."""
+    features = torch.randn(2, 3, 4, 5)
+    uniform = torch.full((2, 4, channels, 4, 5), 1 / 4)
+    for n in range(4):
+        torch.testing.assert_close(merge(features, uniform, scale="identity")[:, n], features)
+        torch.testing.assert_close(merge(features, uniform, scale="paper")[:, n], features / 4)
+
+
+def test_identity_merge_keeps_x_as_the_mean_over_the_branches():
+    """For any attention (not only uniform), the N merged maps average to X: the merge splits X."""
+    torch.manual_seed(4)
+    features = torch.randn(2, 3, 4, 4)
+    attention = select(torch.randn(2, 5, 3, 4, 4), 3.0)
+    torch.testing.assert_close(merge(features, attention, scale="identity").mean(dim=1), features)
+
+
+#: the embedded default's backbone width and training crop (px): the test sees the default's feature sizes.
+DEFAULT_WIDTH, DEFAULT_CROP = 16, 56
+
+
+def pretrained_like_small_cnn() -> StagedBackbone:
+    """The default small_cnn whose BatchNorm running statistics are those of its own activations (as
+    in a pretrained network), so that frozen BatchNorm expects features of the backbone's own scale.
+    φ is copied when DIABLO is built, so this must happen before."""
+    torch.manual_seed(5)
+    backbone = build_small_cnn(width=DEFAULT_WIDTH)
+    for module in backbone.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.momentum = None  # cumulative average over the calibration batches
+    backbone.train()
+    with torch.no_grad():
+        for _ in range(4):
+            backbone(torch.rand(16, 3, DEFAULT_CROP, DEFAULT_CROP), until="pool")
+    return backbone
+
+
+def pooled_at_init(selection: str, placement: str, hardness: float = 10.0, merge_scale: str = "identity",
+                   num_entries: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """(backbone's pooled features (B, C), DIABLO's pooled attended features (B, N, C)), frozen BN."""
+    backbone = pretrained_like_small_cnn()
+    torch.manual_seed(6)
+    model = DIABLO(backbone, selection=selection, placement=placement, num_entries=num_entries,
+                   hardness=hardness, embedding_dim=8, freeze_bn=True, merge_scale=merge_scale,
+                   **CUTS[placement]).train()
+    images = torch.rand(6, 3, DEFAULT_CROP, DEFAULT_CROP)
+    with torch.no_grad():
+        return backbone(images, until="pool").flatten(1), model._pool(model.attend(images)[1])
+
+
+@pytest.mark.parametrize("selection", ["feature", "dimension"])
+def test_pre_attention_at_init_keeps_the_backbones_pooled_features(selection):
+    """With frozen BatchNorm, ψ must receive maps of the scale its statistics expect: the branches'
+    mean pooled features point where the backbone's do (N = 4, α = 10, a random dictionary). The
+    paper-literal merge feeds ψ ≈ F / N: cosine 0.68–0.77 here (0.13 on CUB with EfficientNet)."""
+    base, branches = pooled_at_init(selection, "pre")
+    assert F.cosine_similarity(branches.mean(dim=1), base).mean() > 0.9
+    assert (branches.mean(dim=1).norm(dim=1) / base.norm(dim=1)).min() > 0.5
+
+
+@pytest.mark.parametrize("selection", ["feature", "dimension"])
+def test_post_attention_branches_average_to_the_backbones_pooled_features(selection):
+    base, branches = pooled_at_init(selection, "post")
+    torch.testing.assert_close(branches.mean(dim=1), base)
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+@pytest.mark.parametrize("selection", ["feature", "dimension"])
+def test_uniform_attention_makes_every_branch_the_backbone(selection, placement):
+    """α → 0 makes the attention uniform: every branch then pools exactly the backbone's features;
+    the paper-literal merge does not (pre-attention: frozen BN sees F / N)."""
+    base, branches = pooled_at_init(selection, placement, hardness=1e-9)
+    for n in range(branches.shape[1]):
+        torch.testing.assert_close(branches[:, n], base)
+    base, paper = pooled_at_init(selection, placement, hardness=1e-9, merge_scale="paper")
+    assert not torch.allclose(paper[:, 0], base, rtol=0.05, atol=1e-3)
+
+
+def test_merge_scale_option_is_validated():
+    with pytest.raises(ValueError, match="merge_scale must be 'identity' or 'paper'"):
+        DIABLO(build_small_cnn(width=4), selection="feature", placement="pre", num_entries=2, hardness=1.0,
+               embedding_dim=8, merge_scale="sum", **CUTS["pre"])
+
+
+# --- health numbers -----------------------------------------------------------------------------------
+def test_attention_entropy_ratio_hand_checked():
+    """H(A) / ln N averaged over positions: uniform 1 (dead), one-hot 0, (½, ½, 0, 0) → ln 2 / ln 4 = ½."""
+    uniform = torch.full((2, 4, 3, 2, 2), 0.25)
+    one_hot = F.one_hot(torch.randint(0, 4, (2, 3, 2, 2)), 4).permute(0, 4, 1, 2, 3).float()
+    halves = torch.tensor([0.5, 0.5, 0.0, 0.0]).reshape(1, 4, 1, 1, 1).expand(2, 4, 1, 3, 3)
+    assert attention_entropy_ratio(uniform) == pytest.approx(1.0)
+    assert attention_entropy_ratio(one_hot) == pytest.approx(0.0)
+    assert attention_entropy_ratio(halves) == pytest.approx(0.5)
+    mixed = torch.cat([uniform[:1, :, :1], one_hot[:1, :, :1]])  # one image of each: mean of 1 and 0
+    assert attention_entropy_ratio(mixed) == pytest.approx(0.5)
+
+
+def test_dictionary_usage_hand_checked():
+    """Perplexity of the mean assignment / N: all mass on one entry 1/N (dead), even use 1."""
+    one_entry = torch.zeros(3, 4, 1, 2, 2)
+    one_entry[:, 2] = 1.0
+    assert dictionary_usage(one_entry) == pytest.approx(0.25)
+    # sharp per position but every entry used equally often: usage 1 (and entropy ratio 0)
+    spread = F.one_hot(torch.arange(4).repeat(2), 4).T.reshape(1, 4, 1, 2, 4).float()
+    assert dictionary_usage(spread) == pytest.approx(1.0)
+    two_of_four = torch.tensor([0.5, 0.5, 0.0, 0.0]).reshape(1, 4, 1, 1, 1)
+    assert dictionary_usage(two_of_four) == pytest.approx(0.5)  # perplexity 2 of 4
 
 
 def test_resized_attention_still_sums_to_one():
@@ -241,7 +356,6 @@ def test_attention_maps_hook_gives_one_map_per_entry(params):
     stacked = torch.stack(list(maps.values()))  # feature-wise: the maps themselves
     assert stacked.shape == (2, 2, 3, 3)
     torch.testing.assert_close(stacked, model.attend(images)[0][:, :, 0].transpose(0, 1))
-    torch.testing.assert_close(stacked.sum(0), torch.ones(2, 3, 3))
 
     recipe = build_recipe(diablo_run(params, selection="dimension"))
     model = recipe.build_model().eval()
@@ -264,3 +378,48 @@ def test_training_is_deterministic_and_reports_per_branch_metrics(params, tiny_m
     embed_run(tmp_path / "a" / "checkpoint.pt", tiny_manifest, tmp_path / "emb.npz")
     metrics = evaluate_file(tmp_path / "emb.npz", tmp_path / "metrics.json", [1])
     assert {"learner0/R@1", "learner1/R@1", "learners_mean/R@1", "self_similarity"} <= set(metrics)
+    log = pd.read_csv(tmp_path / "a" / "log.csv")
+    health = ["health/attention_entropy_ratio", "health/dictionary_usage"]
+    assert set(health) <= set(log.columns) and len(log) == 2
+    summary = load_checkpoint(tmp_path / "a" / "checkpoint.pt")["summary"]
+    assert {key: summary[key] for key in health} == log[health].iloc[-1].to_dict()  # the last epoch's
+    assert 0.5 <= summary["health/dictionary_usage"] <= 1.0  # N = 2: perplexity / N lies in [1/N, 1]
+
+
+def test_health_numbers_are_those_of_the_training_batches(params):
+    """epoch_log = the mean entropy ratio of the epoch's batches and the usage of their mean assignment."""
+    recipe = build_recipe(diablo_run(params, selection="feature"))
+    model, loss = recipe.build_model().train(), recipe.build_loss(num_classes=3)
+    recipe.on_epoch_start(1, model, None)
+    labels = torch.tensor([0, 0, 1, 1, 2, 2])
+    batches = [torch.rand(6, 3, 20, 20) for _ in range(2)]
+    for images in batches:
+        recipe.training_loss(model, loss, images, labels, labels)
+    with torch.no_grad():
+        attention = torch.cat([model.attend(images)[0] for images in batches])
+    logged = recipe.epoch_log()
+    assert logged["health/attention_entropy_ratio"] == pytest.approx(attention_entropy_ratio(attention), rel=1e-5)
+    assert logged["health/dictionary_usage"] == pytest.approx(dictionary_usage(attention), rel=1e-5)
+    restored = build_recipe(diablo_run(params, selection="feature"))
+    restored.load_state_dict(recipe.state_dict())  # resumed after the last epoch: the summary survives
+    assert restored.summary() == recipe.summary() == logged
+
+
+HEALTHY = {"R@1": 0.20, "learners_mean/R@1": 0.12, "self_similarity": 0.10,
+           "health/attention_entropy_ratio": 0.60, "health/dictionary_usage": 0.90}
+
+
+@pytest.mark.parametrize(("dead", "failing"), [
+    ({"health/attention_entropy_ratio": 0.999}, "health/attention_entropy_ratio"),  # uniform attention
+    ({"health/dictionary_usage": 1 / 8}, "health/dictionary_usage"),  # every position picks one entry
+    ({"self_similarity": 0.97}, "self_similarity"),  # the branches embed the same thing
+])
+def test_health_checks_fail_on_a_dead_mechanism(params, dead, failing):
+    checks = build_recipe(diablo_run(params, dictionary_size=8)).health_checks()
+    assert failed_checks(checks, HEALTHY) == []
+    failures = failed_checks(checks, {**HEALTHY, **dead})
+    assert len(failures) == 1 and failing in failures[0], failures
+
+
+def test_one_entry_has_no_mechanism_to_check(params):
+    assert build_recipe(diablo_run(params, dictionary_size=1)).health_checks() == []

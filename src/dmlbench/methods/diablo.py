@@ -21,19 +21,33 @@ meant for (each branch has norm 1, the concatenation √N; the division changes 
 ranking, so test-time retrieval on the concatenation is unaffected).
 
 Options (``methods.<name>.options``): see :class:`DIABLOOptions`.
+
+Mechanism health (``health/...`` keys; per epoch in log.csv, the last epoch's in
+metrics.json), from the attention A (B, N, 1 or c, h, w) of the training batches:
+
+- ``health/attention_entropy_ratio``: mean over images, positions (and channels)
+  of H(A) / ln N — 1 is uniform attention (every branch sees the same map: dead),
+  0 a one-hot selection;
+- ``health/dictionary_usage``: perplexity of the mean assignment over the epoch
+  divided by N — 1/N when every position picks the same entry (collapsed
+  dictionary: one live branch), 1 when the entries are used equally often.
+
+:meth:`DIABLORecipe.health_checks` bounds them and evaluation's ``self_similarity``
+(branches not identical); the thresholds are documented in docs/methods/diablo.md.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 import torch
 from torch import nn
 
 from dmlbench.losses import build_loss
-from dmlbench.methods.base import Recipe
+from dmlbench.methods.base import Recipe, TrainContext
+from dmlbench.methods.health import HealthCheck
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.diablo import DIABLO
 
@@ -62,6 +76,12 @@ class DIABLOOptions:
         loss_on: 'branches' (the loss on each branch, averaged over the branches; ABE's
             objective without its divergence term) or 'concatenation' (one loss on the
             concatenated branches / √N); see the module docstring.
+        merge_scale: 'identity' (default: attention × N in the merge, so uniform attention
+            passes the feature map unchanged to every branch and the stages after the merge
+            see features of the scale they were trained on) or 'paper' (Eq. 9 / 13
+            literally: the weights sum to 1 over the N entries, every branch gets ≈ X / N,
+            which frozen BatchNorm after a pre-attention merge does not expect); see
+            :func:`dmlbench.models.diablo.merge`.
 
     The defaults are the paper's main variant (dimension-wise, pre-attention, N = 8) with cut
     points for the embedded ``small_cnn``: F after stage2, φ = a copy of stage3, ψ = stage3–4.
@@ -75,6 +95,7 @@ class DIABLOOptions:
     phi_until: str = "stage3"
     psi_until: str = "stage4"
     loss_on: Literal["branches", "concatenation"] = "branches"
+    merge_scale: Literal["identity", "paper"] = "identity"
 
     def __post_init__(self) -> None:
         if self.dictionary_size < 1:
@@ -83,11 +104,75 @@ class DIABLOOptions:
             raise ValueError(f"hardness must be > 0, got {self.hardness}")
 
 
+#: ``health/attention_entropy_ratio`` above this: the attention is (close to) uniform, so every branch
+#: sees nearly the same map. Random dictionaries at α = 10 start well below (see the docs' measurements).
+MAX_ENTROPY_RATIO = 0.95
+#: ``health/dictionary_usage`` below this: the assignments concentrate on few entries (1/N = one entry).
+MIN_DICTIONARY_USAGE = 0.5
+#: ``self_similarity`` above this: the branches embed each image (nearly) the same way.
+MAX_SELF_SIMILARITY = 0.9
+
+
+def attention_entropy_ratio(attention: torch.Tensor) -> float:
+    """Mean over images, positions (and channels) of H(A) / ln N, in [0, 1]; 1 = uniform attention.
+
+    Args:
+        attention: (B, N, 1 or c, h, w) weights summing to 1 over axis 1, N ≥ 2.
+    """
+    n = attention.shape[1]
+    entropy = -torch.special.xlogy(attention, attention).sum(dim=1)  # (B, rows, h, w), in nats
+    return float(entropy.mean() / math.log(n))
+
+
+def assignment_usage(mean_assignment: torch.Tensor) -> float:
+    """Perplexity of a distribution over the N entries divided by N, in [1/N, 1].
+
+    Args:
+        mean_assignment: (N,) non-negative weights summing to 1.
+    """
+    entropy = -torch.special.xlogy(mean_assignment, mean_assignment).sum()
+    return float(entropy.exp() / mean_assignment.numel())
+
+
+def dictionary_usage(attention: torch.Tensor) -> float:
+    """:func:`assignment_usage` of the mean assignment of (B, N, 1 or c, h, w) weights; 1/N = one entry."""
+    return assignment_usage(attention.double().mean(dim=(0, 2, 3, 4)))
+
+
+class AttentionStatistics:
+    """Running attention statistics over the batches of one epoch (for the health numbers)."""
+
+    def __init__(self) -> None:
+        self.entropy_sum = 0.0
+        self.assignment_sum: torch.Tensor | None = None
+        self.batches = 0
+
+    def add(self, attention: torch.Tensor) -> None:
+        """Add one batch's (B, N, 1 or c, h, w) attention (equal-sized batches weigh equally)."""
+        self.entropy_sum += attention_entropy_ratio(attention)
+        mean = attention.double().mean(dim=(0, 2, 3, 4)).cpu()
+        self.assignment_sum = mean if self.assignment_sum is None else self.assignment_sum + mean
+        self.batches += 1
+
+    def health(self) -> dict[str, float]:
+        """``health/attention_entropy_ratio`` (mean over batches) and ``health/dictionary_usage`` (of
+        the epoch's mean assignment); NaN for an epoch without batches."""
+        if self.assignment_sum is None:
+            return {"health/attention_entropy_ratio": math.nan, "health/dictionary_usage": math.nan}
+        return {"health/attention_entropy_ratio": self.entropy_sum / self.batches,
+                "health/dictionary_usage": assignment_usage(self.assignment_sum / self.batches)}
+
+
 class DIABLORecipe(Recipe):
     """DIABLO: backbone + dictionary attention + N L2-normalised branches, one standard loss."""
 
     options_class = DIABLOOptions
     options: DIABLOOptions
+
+    def __init__(self, run: Mapping[str, Any]):
+        super().__init__(run)
+        self._health = AttentionStatistics()
+        self._last_health: dict[str, float] = {}
 
     def _where(self, key: str) -> str:
         return f"methods.{self.run.get('method', '?')}.options.{key}"
@@ -109,7 +194,7 @@ class DIABLORecipe(Recipe):
             return DIABLO(backbone, selection=o.selection, placement=o.placement, num_entries=o.dictionary_size,
                           hardness=o.hardness, feature_stage=o.feature_stage, phi_until=o.phi_until,
                           psi_until=o.psi_until, embedding_dim=dim,
-                          freeze_bn=self.training["backbone"].get("freeze_bn", False))
+                          freeze_bn=self.training["backbone"].get("freeze_bn", False), merge_scale=o.merge_scale)
         except (KeyError, ValueError) as err:
             raise ValueError(f"{self._where('feature_stage / phi_until / psi_until')}: {err}") from err
 
@@ -126,11 +211,51 @@ class DIABLORecipe(Recipe):
 
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
-        """The mean of the per-branch losses, or the loss of the concatenation / √N (see module docstring)."""
-        branches = model.branch_embeddings(images)  # (B, N, d/N), unit-norm rows per branch
+        """The mean of the per-branch losses, or the loss of the concatenation / √N (see module docstring);
+        accumulates the batch's attention statistics for :meth:`epoch_log`."""
+        attention, attended = model.attend(images)
+        self._health.add(attention.detach())
+        branches = model.embed_attended(attended)  # (B, N, d/N), unit-norm rows per branch
         if isinstance(loss, nn.ModuleList):
             return torch.stack([branch_loss(branches[:, n], labels) for n, branch_loss in enumerate(loss)]).mean()
         return loss(branches.flatten(1) / math.sqrt(branches.shape[1]), labels)
+
+    # --- mechanism health -------------------------------------------------------------------
+    def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
+        self._health = AttentionStatistics()
+
+    def epoch_log(self) -> dict[str, float]:
+        """``health/attention_entropy_ratio`` and ``health/dictionary_usage`` of the epoch's training
+        batches (none for N = 1: one entry has nothing to select)."""
+        if self.options.dictionary_size == 1:
+            return {}
+        self._last_health = self._health.health()
+        return dict(self._last_health)
+
+    def summary(self) -> dict[str, float]:
+        """The last epoch's health numbers (copied into metrics.json)."""
+        return dict(self._last_health)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_health": dict(self._last_health)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._last_health = dict(state.get("last_health", {}))
+
+    def health_checks(self) -> list[HealthCheck]:
+        """Attention not uniform, dictionary not collapsed onto one entry, branches not identical
+        (none for N = 1). Thresholds: the module constants, justified in docs/methods/diablo.md."""
+        if self.options.dictionary_size == 1:
+            return []
+        return [
+            HealthCheck("health/attention_entropy_ratio", maximum=MAX_ENTROPY_RATIO,
+                        meaning="the attention is (nearly) uniform over the dictionary: every branch sees the "
+                                "same map"),
+            HealthCheck("health/dictionary_usage", minimum=MIN_DICTIONARY_USAGE,
+                        meaning="the assignments collapsed onto few dictionary entries"),
+            HealthCheck("self_similarity", maximum=MAX_SELF_SIMILARITY,
+                        meaning="the branches embed every image the same way"),
+        ]
 
     def attention_maps(self, model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
         """``entry<n>`` → (B, h, w) in [0, 1]: where dictionary entry n is selected, at the merge resolution.

@@ -16,10 +16,25 @@ Selection (S):
   ``A⁽ⁿ⁾_ijk = softmax_n(α · cos(φ(f_ij), d⁽ⁿ⁾_k))``, one distribution over the
   N entries per position and channel.
 
-Merge (M): ``H⁽ⁿ⁾_ijk = A⁽ⁿ⁾_ijk · X_ijk`` — for feature-wise selection the
+Merge (M): ``H⁽ⁿ⁾_ijk = s · A⁽ⁿ⁾_ijk · X_ijk`` — for feature-wise selection the
 Kronecker product ``A_ij ⊗ x_ij`` (Eq. 8–9), for dimension-wise the Hadamard
 product with X duplicated N times, ``(X ⊗ 1_N) ⊙ A`` (Eq. 12–13). Both are
 one broadcast product here: feature-wise maps carry a channel axis of size 1.
+The scale s (``merge_scale``):
+
+- ``identity`` (default), s = N: *uniform* attention is the identity. Uniform
+  means A⁽ⁿ⁾ = 1/N for every entry n at every position (i, j) — and, for
+  dimension-wise selection, at every channel k too, i.e. each (i, j, k) spreads
+  its weight evenly over the entries; then every branch receives X itself.
+  For any attention the N merged maps average to X (the merge splits X among
+  the branches instead of shrinking it).
+- ``paper``, s = 1: Eq. 9 / Eq. 13 literally. The weights sum to 1 over the N
+  entries, so each branch receives ≈ X / N. The paper's Caffe GoogLeNet has no
+  BatchNorm and its ReLU stages are scale-equivariant; with frozen BatchNorm
+  (a pretrained backbone with ``freeze_bn``) pre-attention feeds ψ maps N times
+  smaller than its running statistics expect. Measured on CUB (``cub_lite``,
+  N = 8, at initialisation): the branches' pooled features have cosine 0.13 to
+  the backbone's, and their R@1 falls from 0.52 to 0.20 (docs/methods/diablo.md).
 
 Placement:
 
@@ -50,6 +65,8 @@ from dmlbench.models.backbones import StagedBackbone, freeze_batchnorm
 
 Selection = Literal["feature", "dimension"]
 Placement = Literal["pre", "post"]
+MergeScale = Literal["identity", "paper"]
+MERGE_SCALES: tuple[str, ...] = ("identity", "paper")
 
 #: floor of the norms in the cosine similarity (an all-zero φ feature gets similarity 0 to every entry).
 COSINE_EPS = 1e-8
@@ -83,22 +100,28 @@ def select(similarities: Tensor, hardness: float) -> Tensor:
     return torch.softmax(hardness * similarities, dim=1)
 
 
-def merge(features: Tensor, attention: Tensor) -> Tensor:
-    """Merge block M: ``H⁽ⁿ⁾_ijk = A⁽ⁿ⁾_ijk · X_ijk`` (Eq. 8–9 and Eq. 12–13).
+def merge(features: Tensor, attention: Tensor, *, scale: MergeScale) -> Tensor:
+    """Merge block M: ``H⁽ⁿ⁾_ijk = s · A⁽ⁿ⁾_ijk · X_ijk`` (Eq. 8–9 and Eq. 12–13, see the module docstring).
 
     Args:
         features: (B, c, h, w) feature map X.
         attention: (B, N, 1, h, w) feature-wise maps (Kronecker product ``A_ij ⊗ x_ij``) or
-            (B, N, c, h, w) dimension-wise maps (Hadamard product with X duplicated N times).
+            (B, N, c, h, w) dimension-wise maps (Hadamard product with X duplicated N times),
+            summing to 1 over N.
+        scale: 'identity' (s = N: uniform attention passes X unchanged to every branch) or
+            'paper' (s = 1, the equations literally: every branch gets ≈ X / N).
 
     Returns:
         (B, N, c, h, w): the N attended feature maps.
     """
+    if scale not in MERGE_SCALES:
+        raise ValueError(f"merge scale must be 'identity' or 'paper', got {scale!r}")
     if attention.dim() != 5 or attention.shape[2] not in (1, features.shape[1]) \
             or attention.shape[-2:] != features.shape[-2:] or attention.shape[0] != features.shape[0]:
         raise ValueError(f"attention of shape {tuple(attention.shape)} does not fit features of shape "
                          f"{tuple(features.shape)}: expected (B, N, 1 or c, h, w)")
-    return attention * features.unsqueeze(1)
+    gain = attention.shape[1] if scale == "identity" else 1
+    return (gain * attention) * features.unsqueeze(1)
 
 
 def resize_attention(attention: Tensor, size: tuple[int, int]) -> Tensor:
@@ -170,6 +193,8 @@ class DIABLO(nn.Module):
             backbone's ``pool`` stage then pools each branch.
         embedding_dim: d, divisible by N; each branch has d/N dimensions.
         freeze_bn: keep the BatchNorms of the backbone and of φ in eval mode, frozen.
+        merge_scale: 'identity' (attention × N, uniform attention = identity) or 'paper'
+            (Eq. 9 / 13 literally); see :func:`merge`.
 
     ``forward`` maps (B, 3, H, W) RGB in [0, 1] to (B, d): the concatenation of the N unit-norm
     branch embeddings (norm √N); ``learner_slices`` are the branches' column ranges.
@@ -177,10 +202,12 @@ class DIABLO(nn.Module):
 
     def __init__(self, backbone: StagedBackbone, *, selection: Selection, placement: Placement, num_entries: int,
                  hardness: float, feature_stage: str, phi_until: str, psi_until: str, embedding_dim: int,
-                 freeze_bn: bool = False):
+                 freeze_bn: bool = False, merge_scale: MergeScale = "identity"):
         super().__init__()
         if placement not in ("pre", "post"):
             raise ValueError(f"placement must be 'pre' or 'post', got {placement!r}")
+        if merge_scale not in MERGE_SCALES:
+            raise ValueError(f"merge_scale must be 'identity' or 'paper', got {merge_scale!r}")
         for until in (phi_until, psi_until):
             if until == "pool" or backbone.index(until) <= backbone.index(feature_stage):
                 raise ValueError(f"stage {until!r} must come after the feature stage {feature_stage!r} and before "
@@ -189,6 +216,7 @@ class DIABLO(nn.Module):
             raise ValueError(f"embedding_dim {embedding_dim} is not divisible by the dictionary size {num_entries}")
         self.backbone = backbone
         self.placement = placement
+        self.merge_scale = merge_scale
         self.feature_stage, self.psi_until = feature_stage, psi_until
         self.phi = copy.deepcopy(backbone.stages(feature_stage, phi_until))
         merged_channels = backbone.out_channels[feature_stage if placement == "pre" else psi_until]
@@ -233,16 +261,20 @@ class DIABLO(nn.Module):
         if self.placement == "post":
             features = self._psi(features)
         attention = resize_attention(attention, tuple(features.shape[-2:]))
-        attended = merge(features, attention)
+        attended = merge(features, attention, scale=self.merge_scale)
         if self.placement == "pre":
             b, n = attended.shape[:2]
             refined = self._psi(attended.flatten(0, 1))
             attended = refined.reshape(b, n, *refined.shape[1:])
         return attention, attended
 
+    def embed_attended(self, attended: Tensor) -> Tensor:
+        """Attended maps (B, N, C', h', w') of :meth:`attend` → (B, N, d/N), each branch L2-normalised."""
+        return self.embeddings(self._pool(attended))
+
     def branch_embeddings(self, images: Tensor) -> Tensor:
         """(B, 3, H, W) → (B, N, d/N), each branch L2-normalised."""
-        return self.embeddings(self._pool(self.attend(images)[1]))
+        return self.embed_attended(self.attend(images)[1])
 
     def forward(self, images: Tensor) -> Tensor:
         return self.branch_embeddings(images).flatten(1)
