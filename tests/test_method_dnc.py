@@ -1,4 +1,5 @@
-"""Divide and conquer (``recipe: dnc``): slice masking, cluster matching, phases, K = 1 = baseline, resume."""
+"""Divide and conquer (``recipe: dnc``): slice masking, cluster matching, phases (warm-up, divide, fine-tune),
+merged loss, mechanism health, K = 1 = baseline, resume."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ import torch
 
 from dmlbench.data.samplers import ClassBalancedBatchSampler
 from dmlbench.methods import OptionsError, build_recipe
+from dmlbench.methods.dnc import MIN_CLUSTER_BALANCE, MIN_FIRST_NMI_EXCESS
 from dmlbench.methods.dnc_clustering import (
     ClusterBatchSampler,
+    grouping_health,
     match_clusters,
+    random_partition,
     read_class_groups,
     training_class_groups,
 )
+from dmlbench.methods.health import failed_checks
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.data import load_run_data
 from dmlbench.training.optim import build_optimizer
@@ -34,6 +39,8 @@ class Interrupted(Exception):
 
 
 def dnc_run(params: dict, loss: dict, epochs: int = 3, seed: int = 0, **options) -> dict:
+    """A tiny ``recipe: dnc`` run; no warm-up unless ``warmup_epochs`` is given (the phase tests pick epochs)."""
+    options.setdefault("warmup_epochs", 0)
     config = copy.deepcopy(params)
     config["methods"]["dnc_test"] = {"recipe": "dnc", "loss": loss, "options": options}
     return tiny_run(config, "dnc_test", seed=seed, epochs=epochs)
@@ -70,7 +77,7 @@ def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_a_batch_of_cluster_k_changes_only_learner_k_and_the_backbone(params):
-    run = dnc_run(params, {"name": "proxy_nca"}, num_clusters=3)
+    run = dnc_run(params, {"name": "proxy_nca"}, num_clusters=3, merged_beta="own")
     recipe = build_recipe(run)
     torch.manual_seed(0)
     model, loss = recipe.build_model(), recipe.build_loss(num_classes=4)
@@ -131,6 +138,153 @@ def test_full_embedding_loss_switch_keeps_cluster_batches(params):
     assert phases == [(True, 2), (False, 2), (False, 1)]
 
 
+def tiny_context(params: dict, manifest: Path) -> SimpleNamespace:
+    data = load_run_data(tiny_run(params), manifest)
+    return SimpleNamespace(data=data, device=torch.device("cpu"), eval_batch_size=16)
+
+
+def test_warmup_trains_the_full_embedding_and_the_first_divide_epoch_clusters(params, tiny_manifest):
+    run = dnc_run(params, {"name": "margin"}, epochs=6, num_clusters=2, warmup_epochs=2, finetune_epoch=6)
+    recipe = build_recipe(run)
+    context = tiny_context(params, tiny_manifest)
+    model = recipe.build_model()
+    phases = []
+    for epoch in range(1, 7):
+        recipe.on_epoch_start(epoch, model, context)
+        phases.append((recipe.learner_loss, recipe.clusters is not None, recipe.epoch_clustering > 0,
+                       len(set(recipe.active.tolist()) - {-1})))
+    assert phases == [
+        (False, False, False, 1), (False, False, False, 1),  # warm-up: no clustering, one group, full loss
+        (True, True, True, 2), (True, True, False, 2),  # divide: K-means at W + 1 = 3, T = 2
+        (True, True, True, 2),  # re-clustered at 5
+        (False, True, False, 1),  # fine-tune
+    ]
+    assert len(recipe.grouping_health) == 2
+
+
+def test_warmup_delays_fixed_partitions_too(params, tiny_manifest):
+    recipe = build_recipe(dnc_run(params, {"name": "triplet"}, epochs=3, num_clusters=2, grouping="random",
+                                  warmup_epochs=1))
+    context = tiny_context(params, tiny_manifest)
+    recipe.on_epoch_start(1, None, context)
+    assert recipe.clusters is None and not recipe.learner_loss
+    recipe.on_epoch_start(2, None, context)
+    assert sorted(set(recipe.clusters.tolist())) == [0, 1] and recipe.learner_loss
+
+
+def test_warmup_must_leave_a_divide_epoch(params):
+    with pytest.raises(ValueError, match=r"warmup_epochs \(2\) leaves no divide epoch before finetune_epoch \(3\)"):
+        build_recipe(dnc_run(params, {"name": "triplet"}, warmup_epochs=2, finetune_epoch=3))
+    with pytest.raises(ValueError, match=r"options\.warmup_epochs = 3 leaves no epoch to divide"):
+        build_recipe(dnc_run(params, {"name": "triplet"}, warmup_epochs=3))
+
+
+# --- the merged loss (merged_beta) ------------------------------------------------------------------------
+
+
+def learned_beta_then_finetune(params: dict, merged_beta: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A divide step on a batch of cluster 0 (classes 0, 1), then the fine-tune epoch.
+
+    Returns: cluster 0's β after that step, the merged loss's β at the start of the fine-tune, the initial β.
+    """
+    run = dnc_run(params, {"name": "margin"}, epochs=3, num_clusters=2, finetune_epoch=3, merged_beta=merged_beta)
+    run["training"]["optimizer"]["loss_lr_multiplier"] = 100.0
+    recipe = build_recipe(run)
+    torch.manual_seed(0)
+    model, loss = recipe.build_model(), recipe.build_loss(num_classes=4)
+    model.train()
+    initial = loss.full.beta.detach().clone()
+    labels = np.repeat(np.arange(4), 3)
+    recipe.clusters = np.array([0] * 6 + [1] * 6)
+    recipe.on_epoch_start(2, model, fake_context(labels))
+    rows = [0, 1, 2, 3, 4, 5]
+    one_step(recipe, model, loss, labels, rows, torch.rand(len(rows), 3, 20, 20))
+    recipe.on_epoch_start(3, model, fake_context(labels))
+    assert not recipe.learner_loss
+    return loss.learners[0].beta.detach().clone(), loss.full.beta.detach().clone(), initial
+
+
+def test_merged_beta_own_starts_the_finetune_at_the_initial_beta(params):
+    cluster0, merged, initial = learned_beta_then_finetune(params, "own")
+    assert torch.equal(merged, initial) and torch.equal(initial, torch.full((4,), 1.2))
+    assert not torch.equal(cluster0[:2], initial[:2])  # cluster 0 did learn its classes' β
+
+
+def test_merged_beta_cluster0_starts_the_finetune_from_cluster_0s_learned_beta(params):
+    cluster0, merged, initial = learned_beta_then_finetune(params, "cluster0")
+    assert torch.equal(merged, cluster0) and not torch.equal(merged[:2], initial[:2])
+
+
+def test_merged_beta_cluster0_needs_a_width_free_loss(params):
+    recipe = build_recipe(dnc_run(params, {"name": "proxy_nca"}, num_clusters=2))  # cluster0: the default
+    with pytest.raises(ValueError, match=r"merged_beta = 'cluster0'.*'proxy_nca'.*use merged_beta: own"):
+        recipe.build_loss(num_classes=4)
+
+
+# --- mechanism health ---------------------------------------------------------------------------------------
+
+
+def health_of(recipe, clusters: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """The run summary after one grouping ``clusters`` of the training rows."""
+    recipe.clusters = clusters
+    recipe._record_health(1, labels)
+    return recipe.summary()
+
+
+def test_grouping_health_by_hand():
+    labels = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    clusters = np.array([0, 0, 0, 0, 1, 1, 1, 2])  # sizes 4, 3, 1; N / K = 8 / 3
+    health = grouping_health(clusters, labels, 3, np.random.default_rng(0))
+    assert health["cluster_balance"] == pytest.approx(1 / 4)
+    assert health["cluster_min_share"] == pytest.approx(3 / 8) and health["cluster_max_share"] == pytest.approx(12 / 8)
+    # H(classes) = ln 4, H(clusters) = −(½ ln ½ + ⅜ ln ⅜ + ⅛ ln ⅛),
+    # MI = H(clusters) − H(clusters | classes), H(clusters | classes) = ¼ × ln 2 (class 3 is split in halves).
+    h_clusters = -(0.5 * np.log(0.5) + 0.375 * np.log(0.375) + 0.125 * np.log(0.125))
+    mi = h_clusters - 0.25 * np.log(2)
+    assert health["cluster_class_nmi"] == pytest.approx(2 * mi / (np.log(4) + h_clusters))
+
+
+@pytest.mark.parametrize("grouping", ["kmeans", "kmeans_no_split"])
+def test_health_checks_fail_on_dead_clusterings_and_pass_on_a_class_grouping(params, grouping):
+    labels = np.repeat(np.arange(40), 40)  # the embedded default's 40 training classes × 40 images
+    recipe = build_recipe(dnc_run(params, {"name": "margin"}, num_clusters=4, grouping=grouping))
+    checks = recipe.health_checks()
+    assert [c.key for c in checks] == ["health/cluster_balance", "health/cluster_class_nmi_first_excess"]
+    by_class = labels % 4  # each class wholly in one of 4 equal clusters
+    assert failed_checks(checks, health_of(recipe, by_class, labels)) == []
+    one_cluster = np.zeros_like(labels)
+    assert [f.split(" ")[0] for f in failed_checks(checks, health_of(build_recipe(recipe.run), one_cluster, labels))] \
+        == ["health/cluster_balance", "health/cluster_class_nmi_first_excess"]
+    random = random_partition(len(labels), 4, np.random.default_rng(0))
+    random_health = health_of(build_recipe(recipe.run), random, labels)
+    assert random_health["health/cluster_class_nmi_first_excess"] < MIN_FIRST_NMI_EXCESS / 5
+    assert [f.split(" ")[0] for f in failed_checks(checks, random_health)] == ["health/cluster_class_nmi_first_excess"]
+    skewed = np.where(labels < 2, 0, 1 + labels % 3)  # a K-means of untrained features: 80 vs ≈ 500 rows
+    assert health_of(build_recipe(recipe.run), skewed, labels)["health/cluster_balance"] < MIN_CLUSTER_BALANCE
+
+
+def test_health_checks_only_for_kmeans_with_several_clusters(params):
+    assert build_recipe(dnc_run(params, {"name": "margin"}, num_clusters=1)).health_checks() == []
+    assert build_recipe(dnc_run(params, {"name": "margin"}, num_clusters=2, grouping="random")).health_checks() == []
+
+
+def test_clustering_of_class_structured_embeddings_passes_and_of_noise_fails(params, monkeypatch):
+    """The path embedding → K-means → health: embeddings that carry the classes give a healthy first clustering,
+    embeddings of an untrained network (noise) a dead one."""
+    labels = np.repeat(np.arange(40), 40)
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((40, 8))
+
+    def first_clustering(embeddings: np.ndarray) -> list[str]:
+        recipe = build_recipe(dnc_run(params, {"name": "margin"}, num_clusters=4))
+        monkeypatch.setattr(recipe, "_training_embeddings", lambda model, context: embeddings.astype(np.float32))
+        recipe.on_epoch_start(1, None, fake_context(labels))
+        return [f.split(" ")[0] for f in failed_checks(recipe.health_checks(), recipe.summary())]
+
+    assert first_clustering(centres[labels] + 0.3 * rng.standard_normal((len(labels), 8))) == []
+    assert first_clustering(rng.standard_normal((len(labels), 8))) == ["health/cluster_class_nmi_first_excess"]
+
+
 # --- grouping -----------------------------------------------------------------------------------------
 
 
@@ -149,11 +303,15 @@ def test_hungarian_matching_recovers_a_permutation():
     assert len(set(zip(matched.tolist(), noisy.tolist()))) == 5
 
 
-def test_matching_uses_iou_not_raw_overlap():
-    # new cluster 0 (8 rows) overlaps old 0 in 4 rows, old 1 in 4 rows; new 1 = old 1's other 36 rows.
-    previous = np.array([0] * 4 + [1] * 4 + [1] * 36)
-    current = np.array([0] * 8 + [1] * 36)
-    assert np.array_equal(match_clusters(previous, current, 2), current)
+def test_matching_follows_iou_where_raw_overlap_disagrees():
+    """Old clusters A = {0} (1 row), B = {1..8} (8), C = {9..11} (3). New: x = {0}, y = {1, 2}, z = {3..11}
+    (6 rows of B and all of C). x keeps A's id either way. For y, z:
+    IoU:  y→B 2/8 + z→C 3/9 = 0.583  >  y→C 0 + z→B 6/11 = 0.545   → y keeps B, z keeps C (appendix A);
+    raw overlap (and the authors' L1 distance, = const − 2 × overlap): y→B, z→C 2 + 3 = 5 < 0 + 6, so z
+    would take B."""
+    previous = np.array([0] + [1] * 8 + [2] * 3)
+    current = np.array([2] + [0] * 2 + [1] * 9)  # x = 2, y = 0, z = 1
+    assert match_clusters(previous, current, 3).tolist() == [0] + [1] * 2 + [2] * 9
 
 
 def test_cluster_sampler_batches_come_from_one_cluster_and_match_the_plain_sampler_for_one():
@@ -233,13 +391,17 @@ def test_kmeans_run_is_deterministic_resumable_and_logs_its_clusters(params, tin
     pd.testing.assert_frame_equal(lf, lc)
     full_log = pd.read_csv(tmp_path / "full" / "out" / "log.csv")
     assert (full_log["clustering_seconds"][:3] > 0).all() and full_log["clustering_seconds"][3] == 0
-    assert (lf["cluster_min"][:3] > 0).all() and (lf["cluster_min"] <= lf["cluster_max"]).all()
+    assert (lf["cluster_min"][:3] > 0).all()
     train_rows = lf["cluster_max"][3]  # the fine-tune epoch: one cluster of every training row
     assert (lf["cluster_min"][:3] + lf["cluster_max"][:3] + lf["cluster_dropped"][:3] == train_rows).all()
     summary = cf["summary"]
     assert 0 < summary["clustering_share"] < 1
     assert summary["clustering_share"] == pytest.approx(summary["clustering_seconds"] / summary["training_seconds"])
     assert cf["model"]["head.learners.1.weight"].shape[0] == 4  # 8 dims, 2 learners
+    assert lf["health/cluster_balance"][:3].notna().all() and lf["health/cluster_balance"][3:].isna().all()
+    health = {k: v for k, v in summary.items() if k.startswith("health/")}
+    assert health["health/groupings"] == 3 and health == {k: cc["summary"][k] for k in health}  # resumed too
+    assert health["health/cluster_balance"] == pytest.approx(lf["health/cluster_balance"].min())
 
 
 def test_clustering_does_not_disturb_the_training_random_stream(params, tiny_manifest, tmp_path):

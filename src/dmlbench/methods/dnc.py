@@ -5,10 +5,17 @@ d-dimensional embedding layer cut into K learners of d/K dimensions, each
 L2-normalised; the test embedding is their concatenation (per-learner metrics
 ``learner{k}/R@K`` come from ``learner_slices``).
 
-Training, per epoch (1-based) e:
+Training, per epoch (1-based) e, with W = ``warmup_epochs``:
 
-1. *Divide* (e < ``finetune_epoch``): every T = ``recluster_every`` epochs (e = 1,
-   1 + T, ...) the training set is embedded (test transform, no gradient) and
+0. *Warm-up* (e ≤ W): all data in one group, the loss on the full embedding (the
+   concatenation re-normalised to unit length) trains the backbone and every learner,
+   as the baseline would. The paper starts from an ImageNet-pretrained network, so its
+   first clustering already sees meaningful features; a network trained from scratch
+   (the embedded default) clusters random features at epoch 1 (clusters of 103–772 rows,
+   near-chance cluster–class agreement), so the first clustering waits until the
+   embedding has learned something. W = 0 is the paper (and the released code).
+1. *Divide* (W < e < ``finetune_epoch``): every T = ``recluster_every`` epochs (e = W + 1,
+   W + 1 + T, ...) the training set is embedded (test transform, no gradient) and
    clustered by faiss K-means into K clusters; the new cluster ids are matched to the
    previous ones by the Hungarian algorithm on the clusters' IoU (appendix A), so
    learner k keeps "its" data. Rows whose class has a single image in their cluster
@@ -17,9 +24,8 @@ Training, per epoch (1-based) e:
    authors' code alternates the clusters, which gives the same expected share);
    the loss of that cluster's learner, on its slice only, updates the shared backbone and
    that learner (the other learners get no gradient at all).
-2. *Merge and fine-tune* (e ≥ ``finetune_epoch``): all data in one group, the loss on
-   the full embedding (the concatenation re-normalised to unit length) trains the
-   backbone and every learner.
+2. *Merge and fine-tune* (e ≥ ``finetune_epoch``): as the warm-up, all data in one group,
+   the loss on the full embedding trains the backbone and every learner.
 
 Every switch point is explicit. The released code hides one: from epoch
 ``finetune_epoch × 8/19`` on it already applies the loss to the full embedding while
@@ -27,11 +33,16 @@ still drawing batches per cluster; ``full_embedding_loss_epoch`` reproduces that
 (default: off, the paper's Algorithm 1).
 
 Losses. Each learner has its own copy of ``methods.<name>.loss`` built for its slice
-width (Proxy-NCA: d/K-dimensional proxies; margin: its own β), as the authors' code
-keeps one criterion per cluster; the full-embedding phases use one more copy built
-for d dimensions (the authors' code reuses cluster 0's criterion there, which only
-works for dimension-free losses). With K = 1 there is a single copy and the recipe is
-bit-identical to ``recipe: baseline`` with the same loss (tested).
+width (Proxy-NCA: d/K-dimensional proxies; margin: its own learnable β), as the authors'
+code keeps one criterion per cluster. The full-embedding phases (warm-up, fine-tune)
+use, by ``merged_beta``: ``cluster0`` (default, the authors' code) cluster 0's criterion
+itself, parameters shared, so the fine-tune starts from cluster 0's learned β — only
+possible for losses whose parameters do not depend on the embedding width (margin,
+triplet; not Proxy-NCA); or ``own`` one more copy built for d dimensions, whose
+parameters (margin: β) are trained only in those phases — the fine-tune continues from
+the β the warm-up learned, or restarts at the initial β (1.2) without a warm-up.
+With K = 1 there is a single copy and the recipe is bit-identical to
+``recipe: baseline`` with the same loss (tested).
 
 Clustering space. Paper §3.2: the full embedding (``cluster_space: embedding``,
 default). The released code clusters the L2-normalised pooled backbone features
@@ -47,10 +58,20 @@ smallest cluster, so G ≥ K groups are needed).
 
 Log columns: ``cluster_min`` / ``cluster_max`` (rows in the smallest / largest cluster
 this epoch, dropped rows excluded), ``cluster_dropped`` (rows left out),
-``clustering_seconds`` (embedding + K-means + matching this epoch). Summary
-(metrics.json): ``clustering_seconds``, ``training_seconds`` (each epoch from its
-start, clustering included, until its last batch was trained; validation excluded)
-and ``clustering_share`` = their ratio (paper §4.4: ≈ 25 % for T = 2, 6 % for T = 8).
+``clustering_seconds`` (embedding + K-means + matching this epoch), and the health of
+the grouping in force (NaN in warm-up and fine-tune epochs, which have none; see
+:func:`~dmlbench.methods.dnc_clustering.grouping_health`): ``health/cluster_balance``,
+``health/cluster_min_share``, ``health/cluster_max_share``, ``health/cluster_class_nmi``,
+``health/cluster_class_nmi_chance``. Summary (metrics.json): ``clustering_seconds``,
+``training_seconds`` (each epoch from its start, clustering included, until its last
+batch was trained; validation excluded) and ``clustering_share`` = their ratio (paper
+§4.4: ≈ 25 % for T = 2, 6 % for T = 8); over the run's groupings, the worst
+``health/cluster_balance`` and ``health/cluster_min_share``, the largest
+``health/cluster_max_share``, the mean ``health/cluster_class_nmi`` and
+``health/cluster_class_nmi_chance``, the first grouping's ``health/cluster_class_nmi_first``
+and its excess over its chance level ``health/cluster_class_nmi_first_excess``, and
+``health/groupings`` (their number). :meth:`DivideAndConquerRecipe.health_checks` bounds the
+balance and the first clustering's NMI excess (K-means groupings with K ≥ 2 only).
 With ``training.num_workers`` > 0 the DataLoader prefetches indices, so an epoch's end
 is seen up to ``2 × num_workers`` batches early.
 
@@ -74,8 +95,10 @@ from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.losses import build_loss
 from dmlbench.methods.base import Recipe, TrainContext
 from dmlbench.methods.dnc_clustering import (
+    GROUPING_HEALTH_KEYS,
     ClusterBatchSampler,
     drop_singleton_classes,
+    grouping_health,
     kmeans_clusters,
     match_clusters,
     pack_groups,
@@ -84,6 +107,7 @@ from dmlbench.methods.dnc_clustering import (
     synthetic_class_groups,
     training_class_groups,
 )
+from dmlbench.methods.health import HEALTH_PREFIX, HealthCheck
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.dnc import SplitLinearEmbedding, learner_slices
 from dmlbench.models.embedder import Embedder
@@ -91,6 +115,17 @@ from dmlbench.training.embedding import compute_embeddings
 from dmlbench.training.seeding import derive_seed
 
 _FAISS_SEEDS = 2**31 - 1
+
+#: Floor of ``health/cluster_balance`` (smallest / largest cluster, worst over the run's
+#: groupings). Embedded default with warm-up: 0.37–0.51; K-means of the randomly initialised
+#: network (no warm-up): 0.10–0.21 (e.g. 103 vs 772 rows); an empty cluster: 0.
+MIN_CLUSTER_BALANCE = 0.25
+#: Floor of ``health/cluster_class_nmi_first_excess``: NMI between the first clustering and the
+#: classes minus the NMI of the same clustering against permuted labels (its chance level, which
+#: grows with the number of classes per row: ≈ 0.015 for K = 4, 40 classes, 1,600 rows, ≈ 0.12 for
+#: SOP with K = 8). Embedded default with warm-up: 0.10–0.18; without warm-up (random features):
+#: 0.002–0.011; a class-pure grouping reaches 2 ln K / (ln K + ln C) − chance (≈ 0.53 there).
+MIN_FIRST_NMI_EXCESS = 0.05
 
 
 @dataclass(frozen=True)
@@ -102,6 +137,12 @@ class DivideAndConquerOptions:
             (every grouping but ``kmeans_no_split``); at most ``training.embedding_dim``. The
             paper: 4 (CUB, Cars), 8 (SOP, In-Shop, VehicleID). K = 1 is the baseline.
         recluster_every: T ≥ 1, epochs between two K-means clusterings (paper: 2).
+        warmup_epochs: W ≥ 0, epochs that train the full embedding on all data before the
+            first clustering (at epoch W + 1); W < ``training.epochs`` and, with a fine-tune
+            phase, W + 1 < ``finetune_epoch`` (at least one divide epoch). 0: the paper and
+            the released code, which start from an ImageNet-pretrained backbone. The default
+            2 suits networks trained from scratch (the embedded 10-epoch schedule) and costs
+            little with a pretrained one (the linear embedding starts random either way).
         finetune_epoch: first epoch (1-based) of the merge-and-fine-tune phase, ≤
             ``training.epochs``; None: no fine-tune phase. The paper gives no value; the
             authors' config fine-tunes the second half (epoch 100 of 200).
@@ -121,10 +162,18 @@ class DivideAndConquerOptions:
             dataset other than ``synthetic``: columns ``label`` (manifest label), the group
             column and optionally ``split`` (then only ``train`` rows are read).
         class_groups_column: name of the group column in that file.
+        merged_beta: the loss of the full-embedding phases (warm-up, fine-tune): ``cluster0``
+            (default; the authors' code: cluster 0's criterion, parameters shared, so the
+            fine-tune starts from cluster 0's learned β; only for losses whose parameters do
+            not depend on the embedding width — an error otherwise) or ``own`` (a copy for d
+            dimensions whose β is trained only in those phases; without warm-up the fine-tune
+            starts at the initial β). Embedded default, 5 seeds: best validation R@1 0.584
+            (cluster0) vs 0.540 (own), higher for cluster0 in 4 of 5 seeds.
     """
 
     num_clusters: int = 4
     recluster_every: int = 2
+    warmup_epochs: int = 2
     finetune_epoch: int | None = None
     full_embedding_loss_epoch: int | None = None
     grouping: Literal["kmeans", "kmeans_no_split", "random", "class_families"] = "kmeans"
@@ -135,11 +184,17 @@ class DivideAndConquerOptions:
     kmeans_nredo: int = 1
     class_groups_file: str | None = None
     class_groups_column: str = "group"
+    merged_beta: Literal["own", "cluster0"] = "cluster0"
 
     def __post_init__(self) -> None:
         for name in ("num_clusters", "recluster_every", "kmeans_niter", "kmeans_nredo"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if self.warmup_epochs < 0:
+            raise ValueError(f"warmup_epochs must be ≥ 0, got {self.warmup_epochs}")
+        if self.finetune_epoch is not None and self.warmup_epochs + 1 >= self.finetune_epoch:
+            raise ValueError(f"warmup_epochs ({self.warmup_epochs}) leaves no divide epoch before finetune_epoch "
+                             f"({self.finetune_epoch}): the first clustering is at epoch warmup_epochs + 1")
         for name in ("finetune_epoch", "full_embedding_loss_epoch"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -204,6 +259,9 @@ class DivideAndConquerRecipe(Recipe):
         if o.finetune_epoch is not None and o.finetune_epoch > epochs:
             raise ValueError(f"{where}.finetune_epoch = {o.finetune_epoch} is after the last epoch "
                              f"(training.epochs = {epochs}); lower it or set null for no fine-tune phase")
+        if o.warmup_epochs >= epochs:
+            raise ValueError(f"{where}.warmup_epochs = {o.warmup_epochs} leaves no epoch to divide "
+                             f"(training.epochs = {epochs})")
         if o.full_embedding_loss_epoch is not None and o.full_embedding_loss_epoch > epochs:
             raise ValueError(f"{where}.full_embedding_loss_epoch = {o.full_embedding_loss_epoch} is after the "
                              f"last epoch (training.epochs = {epochs})")
@@ -225,6 +283,9 @@ class DivideAndConquerRecipe(Recipe):
         self.epoch_clustering = 0.0
         self.clustering_seconds = 0.0
         self.training_seconds = 0.0
+        # (G, len(GROUPING_HEALTH_KEYS)) health of each grouping so far (grouping_health).
+        self.grouping_health = np.empty((0, len(GROUPING_HEALTH_KEYS)))
+        self.divide_epoch = False  # this epoch belongs to the divide phase
 
     # --- model, loss ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
@@ -243,9 +304,28 @@ class DivideAndConquerRecipe(Recipe):
             return build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=width)
 
         learners = [make(stop - start) for start, stop in slices]
-        return DivideAndConquerLoss(learners, make(dim) if self.num_learners > 1 else None)
+        if self.num_learners == 1:
+            return DivideAndConquerLoss(learners, None)
+        full = make(dim)
+        if self.options.merged_beta == "cluster0":
+            self._check_width_free(learners[0], full)
+            return DivideAndConquerLoss(learners, None)
+        return DivideAndConquerLoss(learners, full)
+
+    def _check_width_free(self, learner: nn.Module, full: nn.Module) -> None:
+        """Raise unless ``learner`` (a slice's loss) has parameters of the same shapes as ``full`` (d dims)."""
+        for (name, a), b in zip(learner.state_dict().items(), full.state_dict().values(), strict=True):
+            if a.shape != b.shape:
+                raise ValueError(f"{self.where}.merged_beta = 'cluster0' applies cluster 0's loss to the full "
+                                 f"embedding, but loss {self.method['loss'].get('name')!r} sizes its parameter "
+                                 f"{name!r} by the embedding width ({tuple(a.shape)} vs {tuple(b.shape)}); "
+                                 "use merged_beta: own")
 
     # --- phases ---------------------------------------------------------------------------
+    def in_warmup(self, epoch: int) -> bool:
+        """Whether ``epoch`` belongs to the warm-up (before the first clustering)."""
+        return epoch <= self.options.warmup_epochs
+
     def in_finetune(self, epoch: int) -> bool:
         """Whether ``epoch`` belongs to the merge-and-fine-tune phase."""
         return self.options.finetune_epoch is not None and epoch >= self.options.finetune_epoch
@@ -253,13 +333,14 @@ class DivideAndConquerRecipe(Recipe):
     def _uses_learner_loss(self, epoch: int) -> bool:
         o = self.options
         late = o.full_embedding_loss_epoch is not None and epoch >= o.full_embedding_loss_epoch
-        return o.split_embedding and not late and not self.in_finetune(epoch)
+        return o.split_embedding and not late and self.divide_epoch
 
     def _needs_grouping(self, epoch: int) -> bool:
+        """Whether a divide epoch groups the rows: the first one, then every T for K-means."""
         if self.clusters is None:
             return True
         kmeans = self.options.grouping in ("kmeans", "kmeans_no_split") and self.options.num_clusters > 1
-        return kmeans and (epoch - 1) % self.options.recluster_every == 0
+        return kmeans and (epoch - 1 - self.options.warmup_epochs) % self.options.recluster_every == 0
 
     def _training_embeddings(self, model: nn.Module, context: TrainContext) -> np.ndarray:
         """(N, d) embeddings of the training rows (test transform) in the clustering space."""
@@ -296,17 +377,26 @@ class DivideAndConquerRecipe(Recipe):
         self.epoch_started = time.perf_counter()
         self.epoch_clustering = 0.0
         labels = context.data.train.labels
-        if self.in_finetune(epoch):
+        self.divide_epoch = not (self.in_warmup(epoch) or self.in_finetune(epoch))
+        if not self.divide_epoch:
             self.active = np.zeros(len(labels), dtype=np.int64)
         else:
             if self._needs_grouping(epoch):
                 self.clusters = self._group(epoch, model, context)
                 self.epoch_clustering = time.perf_counter() - self.epoch_started
                 self.clustering_seconds += self.epoch_clustering
+                self._record_health(epoch, labels)
             self.active = (drop_singleton_classes(self.clusters, labels)
                            if self.options.drop_singleton_classes and self.options.num_clusters > 1
                            else self.clusters)
         self.learner_loss = self._uses_learner_loss(epoch)
+
+    def _record_health(self, epoch: int, labels: np.ndarray) -> None:
+        """Append the health of the grouping just made (:func:`grouping_health`)."""
+        rng = np.random.default_rng(derive_seed(self.run["seed"], "dnc", "nmi_chance", epoch))
+        health = grouping_health(self.clusters, labels, self.options.num_clusters, rng)
+        row = np.array([[health[k] for k in GROUPING_HEALTH_KEYS]])
+        self.grouping_health = np.concatenate([self.grouping_health, row])
 
     def build_sampler(self, labels: np.ndarray, generator: torch.Generator) -> Iterable[list[int]]:
         """P × K batches, each from one cluster of this epoch (:class:`ClusterBatchSampler`)."""
@@ -342,23 +432,59 @@ class DivideAndConquerRecipe(Recipe):
         self.training_seconds += finished - self.epoch_started
         kept = self.active[self.active >= 0]
         sizes = np.bincount(kept, minlength=int(self.active.max()) + 1)
+        current = self.grouping_health[-1] if self.divide_epoch else np.full(len(GROUPING_HEALTH_KEYS), np.nan)
+        health = {HEALTH_PREFIX + k: float(v) for k, v in zip(GROUPING_HEALTH_KEYS, current, strict=True)}
         return {"cluster_min": float(sizes.min()), "cluster_max": float(sizes.max()),
-                "cluster_dropped": float(np.sum(self.active < 0)), "clustering_seconds": self.epoch_clustering}
+                "cluster_dropped": float(np.sum(self.active < 0)), "clustering_seconds": self.epoch_clustering,
+                **health}
 
     def summary(self) -> dict[str, float]:
-        """``clustering_seconds``, ``training_seconds`` and ``clustering_share`` over the whole training."""
+        """Timings (``clustering_seconds``, ``training_seconds``, ``clustering_share``) and the health of
+        the run's groupings: worst balance and smallest share, largest share, mean NMI and chance NMI,
+        the first grouping's NMI and the number of groupings (module docstring)."""
         share = self.clustering_seconds / self.training_seconds if self.training_seconds > 0 else 0.0
-        return {"clustering_seconds": self.clustering_seconds, "training_seconds": self.training_seconds,
-                "clustering_share": share}
+        timings = {"clustering_seconds": self.clustering_seconds, "training_seconds": self.training_seconds,
+                   "clustering_share": share}
+        if not len(self.grouping_health):
+            return timings
+        column = dict(zip(GROUPING_HEALTH_KEYS, self.grouping_health.T, strict=True))
+        first_nmi, first_chance = column["cluster_class_nmi"][0], column["cluster_class_nmi_chance"][0]
+        health = {"cluster_balance": column["cluster_balance"].min(),
+                  "cluster_min_share": column["cluster_min_share"].min(),
+                  "cluster_max_share": column["cluster_max_share"].max(),
+                  "cluster_class_nmi": column["cluster_class_nmi"].mean(),
+                  "cluster_class_nmi_chance": column["cluster_class_nmi_chance"].mean(),
+                  "cluster_class_nmi_first": first_nmi,
+                  "cluster_class_nmi_first_excess": first_nmi - first_chance,
+                  "groupings": len(self.grouping_health)}
+        return {**timings, **{HEALTH_PREFIX + k: float(v) for k, v in health.items()}}
+
+    def health_checks(self) -> list[HealthCheck]:
+        """Cluster balance and the first clustering's cluster–class NMI, for K-means groupings with K ≥ 2
+        (fixed random or class-family partitions are not the method's clustering)."""
+        o = self.options
+        if o.grouping not in ("kmeans", "kmeans_no_split") or o.num_clusters < 2:
+            return []
+        return [
+            HealthCheck(f"{HEALTH_PREFIX}cluster_balance", minimum=MIN_CLUSTER_BALANCE,
+                        meaning="a K-means cluster is degenerate (the smallest holds a small fraction of the "
+                                "largest): its learner hardly trains"),
+            HealthCheck(f"{HEALTH_PREFIX}cluster_class_nmi_first_excess", minimum=MIN_FIRST_NMI_EXCESS,
+                        meaning="the first clustering ignores the classes (its NMI is near that of permuted "
+                                "labels): it grouped untrained features, so the learners split the data at random"),
+        ]
 
     def state_dict(self) -> dict[str, Any]:
-        """The last grouping (so a resumed run matches new clusters to it) and the timings."""
+        """The last grouping (so a resumed run matches new clusters to it), the timings and the
+        groupings' health."""
         clusters = torch.empty(0, dtype=torch.int64) if self.clusters is None else torch.from_numpy(self.clusters)
         return {"clusters": clusters.clone(), "clustering_seconds": self.clustering_seconds,
-                "training_seconds": self.training_seconds}
+                "training_seconds": self.training_seconds,
+                "grouping_health": torch.from_numpy(self.grouping_health.copy())}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         clusters = state["clusters"]
         self.clusters = clusters.numpy().astype(np.int64) if clusters.numel() else None
         self.clustering_seconds = float(state["clustering_seconds"])
         self.training_seconds = float(state["training_seconds"])
+        self.grouping_health = state["grouping_health"].numpy().astype(np.float64)
