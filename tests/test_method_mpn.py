@@ -200,9 +200,11 @@ def test_attention_health_by_hand_on_four_nodes():
     row0 = -(3 * 0.2 * math.log(0.2) + 0.4 * math.log(0.4))
     assert health["attention_entropy_ratio"] == pytest.approx((row0 + 3 * math.log(4)) / 4 / math.log(4))
     assert health["attention_score_std"] == pytest.approx(torch.tensor([0.0, math.log(2), 0.0, 0.0]).std().item() / 4)
+    assert health["self_attention"] == pytest.approx((0.2 + 3 * 0.25) / 4)
     # attending to oneself is not a relation between images: the share is over the other nodes
-    selfish = torch.zeros(1, 4, 4) + torch.eye(4) * 10.0
-    assert attention_health(selfish, torch.tensor([0, 0, 1, 1]))["same_class_attention_ratio"] == pytest.approx(1.0)
+    selfish = attention_health(torch.zeros(1, 4, 4) + torch.eye(4) * 10.0, torch.tensor([0, 0, 1, 1]))
+    assert selfish["same_class_attention_ratio"] == pytest.approx(1.0)
+    assert selfish["self_attention"] == pytest.approx(math.exp(10) / (math.exp(10) + 3))
     with pytest.raises(ValueError, match="another node of its class"):
         attention_health(torch.zeros(3, 3), torch.tensor([0, 1, 2]))
 
@@ -381,8 +383,8 @@ def test_training_is_deterministic_and_mpn_test_embedding_differs(params, tiny_m
     assert torch.equal(a["loss"]["mpn_classifier.weight"], b["loss"]["mpn_classifier.weight"])
     header = (tmp_path / "a" / "log.csv").read_text().splitlines()[0].split(",")
     health = ["health/same_class_attention", "health/same_class_attention_ratio",
-              "health/attention_entropy_ratio", "health/attention_score_std"]
-    assert header[-6:] == ["mpn_ce", "aux_ce", *health]
+              "health/attention_entropy_ratio", "health/self_attention", "health/attention_score_std"]
+    assert header[-7:] == ["mpn_ce", "aux_ce", *health]
     assert set(health) <= set(a["summary"]) and all(math.isfinite(a["summary"][key]) for key in health)
     refined = np.load(embed_run(tmp_path / "a" / "checkpoint.pt", tiny_manifest, tmp_path / "mpn.npz"))
     backbone_run = copy.deepcopy(a)

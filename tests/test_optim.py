@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dmlbench.config import schema
-from dmlbench.training.optim import build_optimizer
+from dmlbench.training.optim import build_optimizer, parameter_groups
 
 LR, DECAY = 0.1, 0.5
 
@@ -67,3 +67,47 @@ def test_schema_accepts_only_a_boolean_decoupled_weight_decay(params):
     config["training"]["optimizer"]["decoupled_weight_decay"] = "yes"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(config, schema())
+
+
+class HookedModel(torch.nn.Module):
+    """A backbone, a head and a part of the head (``part``) that asks for 10 × the head's lr."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Linear(2, 2)
+        self.head = torch.nn.Linear(2, 2)
+        self.part = torch.nn.Linear(2, 2)
+
+    def parameter_group_multipliers(self) -> dict[str, tuple[torch.nn.Module, float]]:
+        return {"part": (self.part, 10.0)}
+
+
+def group_ids(groups: list[dict]) -> dict[str, tuple[float, set[int]]]:
+    return {g["name"]: (g["lr"], {id(p) for p in g["params"]}) for g in groups}
+
+
+def test_parameter_group_multipliers_split_a_group_at_a_multiple_of_its_lr():
+    """head lr = 0.1 × 3; the hooked part: 0.3 × 10 = 3, and it leaves the head group."""
+    model = HookedModel()
+    groups = group_ids(parameter_groups({"lr": 0.1, "head_lr_multiplier": 3.0}, model, torch.nn.Module()))
+    assert list(groups) == ["backbone", "head", "head/part"]
+    assert groups["head"] == (pytest.approx(0.3), {id(p) for p in model.head.parameters()})
+    assert groups["head/part"] == (pytest.approx(3.0), {id(p) for p in model.part.parameters()})
+    assert groups["backbone"] == (0.1, {id(p) for p in model.backbone.parameters()})
+
+
+def test_a_loss_may_split_its_group_too_and_models_without_the_hook_keep_three_groups():
+    model, loss = HookedModel(), HookedModel()
+    del loss.backbone
+    groups = group_ids(parameter_groups({"lr": 1.0, "loss_lr_multiplier": 2.0}, model, loss))
+    assert groups["loss/part"] == (pytest.approx(20.0), {id(p) for p in loss.part.parameters()})
+    plain = torch.nn.Linear(1, 1)
+    plain.backbone = torch.nn.Identity()
+    assert [g["name"] for g in parameter_groups({"lr": 1.0}, plain, torch.nn.Linear(1, 1))] == ["head", "loss"]
+
+
+def test_a_non_positive_multiplier_is_an_error():
+    model = HookedModel()
+    model.parameter_group_multipliers = lambda: {"part": (model.part, 0.0)}
+    with pytest.raises(ValueError, match="head/part"):
+        parameter_groups({"lr": 1.0}, model, torch.nn.Module())

@@ -85,8 +85,9 @@ def attention_health(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
         the attention on *other* nodes that goes to the node's class (self excluded, so attending to
         oneself does not count); ``same_class_attention_ratio``: that mean / the uniform value, the
         mean over nodes of (K_i − 1)/(B − 1) (K_i: nodes of i's class); ``attention_entropy_ratio``:
-        mean over rows of H(α_i) / ln B (1 = uniform); ``attention_score_std``: mean over rows of the
-        scores' standard deviation (0 = uniform).
+        mean over rows of H(α_i) / ln B (1 = uniform); ``self_attention``: mean α_ii, the weight a node
+        keeps on itself (1/B uniform; near 1 = attention collapsed onto the node itself, no message);
+        ``attention_score_std``: mean over rows of the scores' standard deviation (0 = uniform).
 
     Raises:
         ValueError: fewer than 2 nodes, or no node has another node of its class.
@@ -105,7 +106,8 @@ def attention_health(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
     same = ((alpha * same_others).sum(-1) / to_others).mean()
     entropy = -(alpha * torch.log_softmax(scores, dim=-1)).sum(-1).mean() / math.log(n)
     return {"same_class_attention": float(same), "same_class_attention_ratio": float(same / uniform),
-            "attention_entropy_ratio": float(entropy), "attention_score_std": float(scores.std(dim=-1).mean())}
+            "attention_entropy_ratio": float(entropy), "self_attention": float(alpha.diagonal(dim1=-2, dim2=-1).mean()),
+            "attention_score_std": float(scores.std(dim=-1).mean())}
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,7 @@ class MPNOptions:
     output_projection: bool = False
     input_projection: bool = False
     node_scale: Literal["sqrt_dim", "unit"] = "sqrt_dim"
+    mpn_lr_multiplier: float = 1.0
     test_embedding: Literal["backbone", "mpn"] = "backbone"
     test_batches: Literal["reciprocal_knn", "nearest_neighbours", "kmeans"] = "reciprocal_knn"
     rknn_k: int = 30
@@ -166,6 +169,8 @@ class MPNOptions:
         for name in ("attention_dropout", "dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.mpn_lr_multiplier <= 0:
+            raise ValueError(f"mpn_lr_multiplier must be > 0, got {self.mpn_lr_multiplier}")
         if self.node_scale not in ("sqrt_dim", "unit"):
             raise ValueError(f"node_scale must be 'sqrt_dim' or 'unit', got {self.node_scale!r}")
         if not 0.0 <= self.rknn_alpha <= 1.0:
@@ -218,7 +223,8 @@ class MPNRecipe(Recipe):
                                      opts.input_projection, opts.node_scale)
                if self.uses_mpn else None)
         self._mpn_parameters = count_parameters(mpn) if mpn is not None else 0
-        return MPNEmbedder(backbone, dim, mpn, freeze_bn=self.training["backbone"].get("freeze_bn", False))
+        return MPNEmbedder(backbone, dim, mpn, freeze_bn=self.training["backbone"].get("freeze_bn", False),
+                           mpn_lr_multiplier=opts.mpn_lr_multiplier)
 
     def build_loss(self, num_classes: int) -> nn.Module:
         return MPNCrossEntropyLoss(num_classes, self.training["embedding_dim"], self.loss_config)

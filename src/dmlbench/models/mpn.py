@@ -171,6 +171,8 @@ class MPNEmbedder(nn.Module):
         dim: d.
         mpn: the message-passing network, or None when no loss and no test-time use needs it.
         freeze_bn: keep the backbone's BatchNorm layers in eval mode with frozen affine parameters.
+        mpn_lr_multiplier: the MPN's learning rate in units of the head group's (> 0; see
+            :meth:`parameter_group_multipliers`).
 
     ``forward(images)`` (B, 3, H, W) → (B, d) L2-normalised backbone embeddings (the default
     test-time embedding). ``features`` gives the same before normalisation (the auxiliary
@@ -180,11 +182,14 @@ class MPNEmbedder(nn.Module):
     learner_slices = None
 
     def __init__(self, backbone: StagedBackbone, dim: int, mpn: MessagePassingNetwork | None,
-                 freeze_bn: bool = False):
+                 freeze_bn: bool = False, mpn_lr_multiplier: float = 1.0):
         super().__init__()
+        if mpn_lr_multiplier <= 0:
+            raise ValueError(f"mpn_lr_multiplier must be > 0, got {mpn_lr_multiplier}")
         self.backbone = backbone
         self.embedding = nn.Linear(backbone.out_channels["pool"], dim)
         self.mpn = mpn
+        self.mpn_lr_multiplier = mpn_lr_multiplier
         self.freeze_bn = freeze_bn
         if freeze_bn:
             freeze_batchnorm(self.backbone)
@@ -194,6 +199,11 @@ class MPNEmbedder(nn.Module):
         if mode and self.freeze_bn:
             freeze_batchnorm(self.backbone)
         return self
+
+    def parameter_group_multipliers(self) -> dict[str, tuple[nn.Module, float]]:
+        """The optimiser hook (:func:`dmlbench.training.optim.parameter_groups`): the MPN's parameters
+        form the group ``head/mpn`` at ``mpn_lr_multiplier`` × the head's lr; none without an MPN."""
+        return {} if self.mpn is None else {"mpn": (self.mpn, self.mpn_lr_multiplier)}
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) → (B, d) un-normalised backbone embeddings."""

@@ -17,6 +17,36 @@ OPTIMIZERS = {
 }
 
 
+def multiplier_groups(owner: nn.Module, parent: dict[str, Any]) -> list[dict[str, Any]]:
+    """Split the groups named by ``owner.parameter_group_multipliers()`` out of ``parent``.
+
+    The optional hook returns ``{name: (module, multiplier)}``: the parameters of ``module`` leave the
+    parent group and form the group ``<parent name>/<name>`` with ``lr = parent lr × multiplier``
+    (e.g. the MPN's attention at 10 × the head's lr). Parameters of ``module`` that are not in the
+    parent group (frozen, backbone, or taken by an earlier entry) stay where they are.
+
+    Returns:
+        The new groups (possibly empty); ``parent["params"]`` loses their parameters.
+
+    Raises:
+        ValueError: a multiplier ≤ 0.
+    """
+    hook = getattr(owner, "parameter_group_multipliers", None)
+    if hook is None:
+        return []
+    remaining = {id(p): p for p in parent["params"]}
+    groups = []
+    for name, (module, multiplier) in hook().items():
+        if multiplier <= 0:
+            raise ValueError(f"parameter group {parent['name']}/{name}: lr multiplier must be > 0, got {multiplier}")
+        params = [p for p in module.parameters() if id(p) in remaining]
+        for p in params:
+            del remaining[id(p)]
+        groups.append({"name": f"{parent['name']}/{name}", "params": params, "lr": parent["lr"] * multiplier})
+    parent["params"] = list(remaining.values())
+    return groups
+
+
 def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Module) -> list[dict[str, Any]]:
     """Three groups with their own learning rates: the backbone (``lr``), every other parameter
     of the model, such as embedding heads and attention modules (``lr × head_lr_multiplier``),
@@ -26,20 +56,23 @@ def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Modul
     and, for a model that trains its own copies of backbone stages (ABE's attention trunk,
     M-heads' extra heads, DIABLO's φ), the modules its ``backbone_copies()`` returns: copies
     initialised from pretrained stages are fine-tuned as backbone layers.
+    A model (or loss) with ``parameter_group_multipliers()`` splits parts of its ``head`` (``loss``)
+    group into groups of their own with a multiple of that group's lr (:func:`multiplier_groups`).
     Frozen parameters are left out; empty groups are dropped.
     """
     lr = config["lr"]
     copies = model.backbone_copies() if hasattr(model, "backbone_copies") else []
     backbone = [p for module in (model.backbone, *copies) for p in module.parameters()]
     backbone_ids = {id(p) for p in backbone}
-    rest = [p for p in model.parameters() if id(p) not in backbone_ids]
+    head = {"name": "head", "lr": lr * config.get("head_lr_multiplier", 1.0),
+            "params": [p for p in model.parameters() if id(p) not in backbone_ids and p.requires_grad]}
+    loss_group = {"name": "loss", "lr": lr * config.get("loss_lr_multiplier", 1.0),
+                  "params": [p for p in loss.parameters() if p.requires_grad]}
     groups = [
-        {"name": "backbone", "params": backbone, "lr": lr},
-        {"name": "head", "params": rest, "lr": lr * config.get("head_lr_multiplier", 1.0)},
-        {"name": "loss", "params": list(loss.parameters()), "lr": lr * config.get("loss_lr_multiplier", 1.0)},
+        {"name": "backbone", "params": [p for p in backbone if p.requires_grad], "lr": lr},
+        head, *multiplier_groups(model, head),
+        loss_group, *multiplier_groups(loss, loss_group),
     ]
-    for group in groups:
-        group["params"] = [p for p in group["params"] if p.requires_grad]
     return [g for g in groups if g["params"]]
 
 
