@@ -1,4 +1,4 @@
-# dmlbench workflow: prepare → train → embed → evaluate → report.
+# dmlbench workflow: prepare → pretrain → train → embed → evaluate → report.
 # The single source of truth of the pipeline; dvc.yaml is generated from it
 # (workflow/scripts/make_dvc_yaml.py). Parameters: params.yaml (+ --configfile overlays).
 
@@ -13,6 +13,7 @@ configfile: "params.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/download.smk"
 include: "workflow/rules/prepare.smk"
+include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/report.smk"

@@ -25,7 +25,10 @@ def test_every_table1_model_builds_and_embeds_on_the_overlay_backbone(overlay: s
         with torch.no_grad():
             embeddings = model(images)
         slices = getattr(model, "learner_slices", None) or [(0, embeddings.shape[1])]
-        assert embeddings.shape[0] == 2 and slices[-1][1] == embeddings.shape[1] <= run["training"]["embedding_dim"]
+        # reference rows embed the pooled backbone features themselves (C dimensions, no head)
+        dim = (model.backbone.out_channels["pool"] if run["method_config"]["recipe"] == "reference"
+               else run["training"]["embedding_dim"])
+        assert embeddings.shape[0] == 2 and slices[-1][1] == embeddings.shape[1] <= dim
         for start, stop in slices:
             norms = embeddings[:, start:stop].norm(dim=1)
             torch.testing.assert_close(norms, torch.ones(2), msg=f"{overlay}: {method} [{start}, {stop})")

@@ -3,6 +3,7 @@
     dmlbench download KIND                        → data/raw/KIND/ (official archives, checksummed)
     dmlbench download-weights BACKBONE            → $TORCH_HOME/hub/checkpoints/<file> (ImageNet, checksummed)
     dmlbench prepare DATASET                      → data/prepared/DATASET/manifest.csv
+    dmlbench pretrain --dataset D                  → data/pretrained/D/<backbone>.pt (+ .sha256, <backbone>_run/)
     dmlbench train --dataset D --method M --seed S → results/runs/D/M/seedS/{checkpoint.pt,log.csv}
     dmlbench embed RUN_DIR                         → RUN_DIR/embeddings.npz
     dmlbench embed RUN_DIR --method M              → results/runs/D/M/seedS/embeddings.npz (M re-embeds RUN_DIR)
@@ -109,6 +110,15 @@ def cmd_train(args: argparse.Namespace) -> None:
     result = train_run(run, manifest, out, scratch, progress=not args.no_progress)
     print(f"trained {out}: selected epoch {result.best_epoch} ({run['training']['selection']} score "
           f"{result.best_score:.4f})")
+
+
+def cmd_pretrain(args: argparse.Namespace) -> None:
+    from dmlbench.training.pretrain import pretrain_backbone
+
+    prepared = Path(args.prepared) if args.prepared else Path(manifest_path(args.dataset)).parent
+    weights = pretrain_backbone(load_config(args.config), args.dataset, prepared,
+                                out_root=Path(args.out) if args.out else None, progress=not args.no_progress)
+    print(f"pretrained {weights}")
 
 
 def cmd_embed(args: argparse.Namespace) -> None:
@@ -224,6 +234,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     with_config(p)
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("pretrain", help="train a backbone by classification on a dataset's pretraining classes "
+                                        "(params 'pretraining'); resumes when interrupted")
+    p.add_argument("--dataset", required=True, help="a key of the 'pretraining' params section")
+    p.add_argument("--prepared", help="the prepared dataset folder with pretrain.csv (default data/prepared/DATASET)")
+    p.add_argument("--out", help="output folder (default data/pretrained/DATASET, where pretrained: DATASET looks)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    with_config(p)
+    p.set_defaults(func=cmd_pretrain)
 
     p = sub.add_parser("embed", help="write a trained run's test embeddings")
     p.add_argument("run_dir", help="directory with checkpoint.pt")

@@ -101,14 +101,22 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
                 raise ConfigError(f"{source}: methods.{name}.base = {base!r} is itself an ensemble")
     for name in config.get("methods", {}):
         method = resolve_method(config, name)
-        missing = [key for key in ("recipe", "loss") if key not in method]
+        # a reference row (recipe: reference) is not trained, so it has no loss
+        needed = ("recipe",) if method.get("recipe") == "reference" else ("recipe", "loss")
+        missing = [key for key in needed if key not in method]
         if missing:
             raise ConfigError(f"{source}: methods.{name} (with its bases) defines no {' or '.join(missing)}")
         unknown = sorted(set(config["methods"][name].get("per_dataset", {})) - set(config.get("datasets", {})))
         if unknown:
             raise ConfigError(f"{source}: methods.{name}.per_dataset names {unknown}, which are not under 'datasets'")
-        if "name" not in method["loss"]:
+        if "loss" in method and "name" not in method["loss"]:
             raise ConfigError(f"{source}: methods.{name}.loss (with its bases) has no 'name'")
+    for dataset, stage in config.get("pretraining", {}).items():
+        if dataset not in config.get("datasets", {}):
+            raise ConfigError(f"{source}: pretraining.{dataset} names no dataset under 'datasets'")
+        if stage["method"] not in config.get("methods", {}):
+            raise ConfigError(f"{source}: pretraining.{dataset}.method = {stage['method']!r} is not defined under "
+                              "'methods'")
     for name in config.get("methods", {}):
         if checkpoint_source(config, name) is not None:
             check_checkpoint_source(config, name, source)

@@ -23,6 +23,7 @@ rule train:
     input:
         "data/prepared/{dataset}",
         option_files,
+        pretrained_weights,
     output:
         checkpoint=f"{RUN_DIR}/checkpoint.pt",
         log=f"{RUN_DIR}/log.csv",

@@ -26,6 +26,17 @@ Dataset and classes
     ``double_mutation_fraction`` (0.3): share of a family's non-prototype
     classes that mutate two attributes instead of one, 0..1.
 
+Pretraining classes
+    ``pretrain_classes`` (0): 0..1000 further classes, labels ``C..C+P-1``,
+    for pretraining a backbone by classification (rule ``pretrain``) — the
+    role ImageNet plays for the papers: the same part vocabulary, other
+    combinations (their own families, with prototypes as far from every other
+    prototype as the benchmark's are from each other), so no benchmark class is
+    seen in pretraining. They are drawn after the benchmark's classes, so
+    adding them changes no benchmark class or image. Every fifth family
+    (families 4, 9, ...) is held out as the pretraining run's ``test`` split.
+    Their images have ``images_per_class`` each.
+
 Instance variation
     ``scale_range`` ([0.8, 1.1]): object scale, uniform; at scale 1 a part is
     ≈ 0.2 × image_size wide (13 px at 64 px).
@@ -51,7 +62,8 @@ Output under ``out_dir`` (see :func:`prepare`)::
 
     images/<label:03d>_<class_name>/<image:03d>.png
     classes.csv     label, class_name, family, split, <part>_shape, <part>_colour, <part>_texture ...
-    manifest.csv    path, label, class_name, split, bbox   (written last)
+    pretrain.csv    the pretraining classes' rows, as manifest.csv (split train/test; only with pretrain_classes)
+    manifest.csv    path, label, class_name, split, bbox   (written last; benchmark classes only)
 
 ``bbox`` is the object's box (body and parts, ignoring occluders) in the
 manifest's format ``"x y w h"``, whole pixels of the image file (as CUB's
@@ -92,6 +104,7 @@ DEFAULTS: dict[str, Any] = {
     "num_parts": 4,
     "classes_per_family": 10,
     "double_mutation_fraction": 0.3,
+    "pretrain_classes": 0,
     "scale_range": [0.8, 1.1],
     "rotation_deg": 25.0,
     "flip_prob": 0.5,
@@ -113,6 +126,11 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {"shape": SHAPES, "colour": tuple(COLOU
 IMAGES_DIR = "images"
 CLASSES_FILE = "classes.csv"
 MANIFEST_FILE = "manifest.csv"
+PRETRAIN_MANIFEST_FILE = "pretrain.csv"
+#: ``split`` of the pretraining classes in classes.csv; pretrain.csv splits them into train/test.
+PRETRAIN_SPLIT = "pretrain"
+#: Every this-many-th pretraining family (the last of each run of this many) is held out as ``test``.
+PRETRAIN_TEST_EVERY = 5
 _TMP_PREFIX = ".images.tmp"
 # Independent random streams derived from the seed: np.random.default_rng([seed, stream, ...]).
 _CLASS_STREAM = 0
@@ -131,6 +149,7 @@ class SyntheticConfig:
     classes_per_family: int
     double_mutation_fraction: float
     render: RenderParams
+    pretrain_classes: int = 0
 
     @property
     def part_names(self) -> tuple[str, ...]:
@@ -195,14 +214,23 @@ def parse_config(config: Mapping[str, Any]) -> SyntheticConfig:
         gradient_strength=_as_float("gradient_strength", c["gradient_strength"], 0.0, 1.0, open_high=True),
         noise_amplitude=_as_float("noise_amplitude", c["noise_amplitude"], 0.0, 128.0),
     )
+    classes_per_family = _as_int("classes_per_family", c["classes_per_family"], 2, 20)
+    pretrain_classes = _as_int("pretrain_classes", c["pretrain_classes"], 0, 1000)
+    if 0 < pretrain_classes and math.ceil(pretrain_classes / classes_per_family) < PRETRAIN_TEST_EVERY:
+        raise ValueError(f"synthetic: 'pretrain_classes' = {pretrain_classes} makes "
+                         f"{math.ceil(pretrain_classes / classes_per_family)} families of at most {classes_per_family}; "
+                         f"at least {PRETRAIN_TEST_EVERY} are needed (every {PRETRAIN_TEST_EVERY}th is held out as the "
+                         f"pretraining test split): raise it to {classes_per_family * (PRETRAIN_TEST_EVERY - 1) + 1} "
+                         "or more, or set 0")
     return SyntheticConfig(
         seed=_as_int("seed", c["seed"], 0, 2**63 - 1),
         num_classes=num_classes,
         images_per_class=_as_int("images_per_class", c["images_per_class"], 1, 1000),
         num_parts=_as_int("num_parts", c["num_parts"], 3, 4),
-        classes_per_family=_as_int("classes_per_family", c["classes_per_family"], 2, 20),
+        classes_per_family=classes_per_family,
         double_mutation_fraction=_as_float("double_mutation_fraction", c["double_mutation_fraction"], 0.0, 1.0),
         render=render,
+        pretrain_classes=pretrain_classes,
     )
 
 
@@ -274,6 +302,8 @@ def build_class_table(cfg: SyntheticConfig) -> pd.DataFrame:
     min_distance = math.ceil(len(slots) / 2)  # prototypes differ in at least half their attributes
     half = cfg.num_classes // 2
     sizes = {split: _family_sizes(half, cfg.classes_per_family) for split in ("train", "test")}
+    if cfg.pretrain_classes:
+        sizes[PRETRAIN_SPLIT] = _family_sizes(cfg.pretrain_classes, cfg.classes_per_family)
     n_families = sum(len(s) for s in sizes.values())
     seen: set[Combo] = set()
     prototypes: list[Combo] = []
@@ -302,10 +332,12 @@ def make_class_table(config: Mapping[str, Any]) -> pd.DataFrame:
     ``classes_per_family``; a family is a random prototype (differing from
     every other prototype in at least half of its attributes), its
     single-attribute mutants, then ``double_mutation_fraction`` of two-attribute
-    mutants. All classes are distinct attribute combinations.
+    mutants. All classes are distinct attribute combinations. The
+    ``pretrain_classes`` follow (labels ``C..C+P-1``, split ``pretrain``, their
+    own families).
 
     Returns:
-        DataFrame with columns ``label`` (0..C-1), ``class_name``, ``family``
+        DataFrame with columns ``label`` (0..C+P-1), ``class_name``, ``family``
         (int, families never straddle the split), ``split`` and, per part,
         ``<part>_shape``, ``<part>_colour``, ``<part>_texture``.
     """
@@ -389,6 +421,7 @@ def prepare(config: Mapping[str, Any], out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = out_dir / MANIFEST_FILE
     manifest_path.unlink(missing_ok=True)
+    (out_dir / PRETRAIN_MANIFEST_FILE).unlink(missing_ok=True)
     for stale in out_dir.glob(f"{_TMP_PREFIX}*"):
         shutil.rmtree(stale)
     tmp = out_dir / f"{_TMP_PREFIX}{os.getpid()}"
@@ -398,4 +431,20 @@ def prepare(config: Mapping[str, Any], out_dir: Path) -> Path:
         shutil.rmtree(images)
     os.replace(tmp, images)
     _write_csv_atomic(classes, out_dir / CLASSES_FILE)
-    return write_manifest(manifest, manifest_path)
+    pretraining = manifest["split"] == PRETRAIN_SPLIT
+    if pretraining.any():
+        write_manifest(pretrain_splits(manifest[pretraining], classes), out_dir / PRETRAIN_MANIFEST_FILE)
+    return write_manifest(manifest[~pretraining], manifest_path)
+
+
+def pretrain_splits(rows: pd.DataFrame, classes: pd.DataFrame) -> pd.DataFrame:
+    """The pretraining rows with ``split`` train, or test for every :data:`PRETRAIN_TEST_EVERY`-th family.
+
+    Args:
+        rows: manifest rows of the pretraining classes (split ``pretrain``).
+        classes: the class table (its ``family`` column).
+    """
+    families = classes.set_index("label")["family"]
+    first = families[classes.loc[classes["split"] == PRETRAIN_SPLIT, "label"]].min()
+    held_out = (rows["label"].map(families) - first) % PRETRAIN_TEST_EVERY == PRETRAIN_TEST_EVERY - 1
+    return rows.assign(split=np.where(held_out, "test", "train"))

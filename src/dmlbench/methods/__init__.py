@@ -17,6 +17,7 @@ RECIPES: dict[str, str] = {
     "deml": "dmlbench.methods.deml:DeMLRecipe",
     "diablo": "dmlbench.methods.diablo:DIABLORecipe",
     "dnc": "dmlbench.methods.dnc:DivideAndConquerRecipe",
+    "reference": "dmlbench.methods.reference:ReferenceRecipe",
 }
 
 

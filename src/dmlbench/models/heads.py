@@ -7,6 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class PooledFeatures(nn.Module):
+    """The pooled features themselves, L2-normalised: (B, C) → (B, C) unit-norm rows (no parameters)."""
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return F.normalize(features, dim=1)
+
+
 class LinearEmbedding(nn.Module):
     """A linear layer C → d followed by L2 normalisation (unit-norm rows).
 

@@ -133,6 +133,6 @@ def build_scheduler(config: Mapping[str, Any], optimizer: torch.optim.Optimizer,
     if name == "cosine":
         floor = config.get("min_lr_fraction", 0.0)
         return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda e: floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * e / epochs))
+            optimizer, lambda e: floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * e / max(epochs, 1)))
         )
     raise ValueError(f"training.schedule.name = {name!r} is unknown; known: constant, step, cosine")

@@ -227,6 +227,8 @@ class Trainer:
             atomic_torch_save(self._scratch_state(epoch), self.scratch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch)
+        if epochs == 0:  # nothing to train (a reference row): the checkpoint holds the initial weights
+            self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
         self._finish()
         return TrainResult(self.best_epoch, self.best_score, epochs + 1 - first)
 

@@ -8,6 +8,10 @@
   (``$TORCH_HOME/hub/checkpoints/<file>``). Nothing is downloaded at run time: a
   missing file is an error naming the file, its URL and where to put it;
 - ``"package"`` — a file shipped by an installed Python package (EfficientNet-Lite0);
+- ``"synthetic"`` — the backbone this project pretrains by classification on the
+  synthetic dataset's pretraining classes (rule ``pretrain``, ``dmlbench pretrain``):
+  ``data/pretrained/synthetic/<backbone>.pt`` (relative to the working directory),
+  checked against the sha256 that ``pretrain`` writes beside it (``<file>.sha256``);
 - a local path (``~`` and ``$VARS`` expanded; relative to the working directory,
   the repository root under Snakemake), with an optional sibling key
   ``weights_sha256``, or a mapping ``{path: ..., sha256: ...}``.
@@ -41,6 +45,10 @@ from torch import nn
 _HUB_HASH = re.compile(r"-([0-9a-f]{8,})\.[A-Za-z]+$")
 _SHA256 = re.compile(r"[0-9a-f]{8,64}")
 _SHOWN = 6  # keys listed per category in error messages
+#: Where ``dmlbench pretrain`` writes the backbones of a pretraining stage: ``<dir>/<source>/<backbone>.pt``.
+PRETRAINED_DIR = Path("data/pretrained")
+#: ``pretrained`` values that name one of this project's pretraining stages (a dataset with pretraining classes).
+PRETRAINING_SOURCES = ("synthetic",)
 
 
 class PretrainedWeightsError(RuntimeError):
@@ -203,6 +211,31 @@ def _package_file(layout: WeightLayout) -> WeightsFile:
     return WeightsFile(path, package.sha256, "pretrained: package")
 
 
+def pretrained_path(source: str, backbone: str) -> Path:
+    """The weights file of a pretraining stage: ``data/pretrained/<source>/<backbone>.pt``."""
+    return PRETRAINED_DIR / source / f"{backbone}.pt"
+
+
+def sha256_sidecar(path: Path) -> Path:
+    """The file holding ``path``'s sha256 (hex digits and a newline), written beside it."""
+    return path.with_name(path.name + ".sha256")
+
+
+def _pretraining_file(source: str, layout: WeightLayout) -> WeightsFile:
+    path = pretrained_path(source, layout.backbone)
+    sidecar = sha256_sidecar(path)
+    if not path.is_file() or not sidecar.is_file():
+        raise PretrainedWeightsError(
+            f"{layout.name}: pretrained: {source} needs {path} and its checksum {sidecar.name}, written by the "
+            f"pretraining stage: run `snakemake --cores 2 {path}` (or `dmlbench pretrain --dataset {source}`)"
+        )
+    expected = sidecar.read_text().strip().lower()
+    if not _SHA256.fullmatch(expected):
+        raise PretrainedWeightsError(f"{sidecar}: not a sha256 ({expected[:80]!r}); delete {path.parent} and rerun "
+                                     "the pretraining stage")
+    return WeightsFile(path, expected, f"pretrained: {source}")
+
+
 def _local_file(path_spec: str, sha256: str | None, layout: WeightLayout) -> WeightsFile:
     path = Path(os.path.expandvars(os.path.expanduser(path_spec)))
     if not path.is_file():
@@ -242,13 +275,15 @@ def resolve_weights(spec: Any, layout: WeightLayout, sha256: str | None = None) 
         return _local_file(str(spec["path"]), spec.get("sha256") or sha256, layout)
     if not isinstance(spec, str) or not spec:
         raise PretrainedWeightsError(
-            f"{layout.name}: pretrained must be null/false, 'imagenet', 'package', a file path or "
+            f"{layout.name}: pretrained must be null/false, 'imagenet', 'package', 'synthetic', a file path or "
             f"{{path, sha256}}; got {spec!r}"
         )
     if spec == "imagenet" or spec.startswith("imagenet:"):
         weights = _imagenet_file(spec, layout)
     elif spec == "package":
         weights = _package_file(layout)
+    elif spec in PRETRAINING_SOURCES:
+        weights = _pretraining_file(spec, layout)
     else:
         return _local_file(spec, sha256, layout)
     if sha256:
