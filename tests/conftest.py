@@ -51,12 +51,12 @@ def params() -> dict:
 
 
 def tiny_run(params: dict, method: str = "triplet", seed: int = 0, epochs: int = 3) -> dict:
-    """A resolved run shrunk to seconds: tiny images, width-4 CNN, 2 batches per epoch."""
+    """A resolved run shrunk to seconds: tiny images, width-4 CNN from random weights, 2 batches per epoch."""
     run = resolve_run(params, "synthetic", method, seed)
     run = copy.deepcopy(run)
     training = run["training"]
     training.update(epochs=epochs, val_fraction=0.34, device="cpu", embedding_dim=8, eval_batch_size=16)
-    training["backbone"].update(width=4)
+    training["backbone"].update(width=4, pretrained=None)  # no pretraining-stage file in unit tests
     training["image"].update(resize=24, test_crop=20, train_crop=20)
     training["sampler"].update(classes_per_batch=3, images_per_class=3, batches_per_epoch=2)
     return run

@@ -30,7 +30,7 @@ VARIANTS = ("mpn_test_rknn", "mpn_test_kmeans", "mpn_test_nn")
 #: shrinks every synthetic run to seconds; the MPN's reciprocal-kNN test batches fit the tiny test split.
 TINY_OVERLAY = {
     "training": {"device": "cpu", "amp": False, "embedding_dim": 8, "eval_batch_size": 16, "val_fraction": 0.34,
-                 "backbone": {"width": 4}, "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
+                 "backbone": {"width": 4, "pretrained": None}, "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
                  "sampler": {"classes_per_batch": 3, "images_per_class": 3}},
     "methods": {"mpn": {"options": {"rknn_k": 3, "test_batch_size": 4}}},
 }

@@ -21,9 +21,9 @@ rule train:
     wildcard_constraints:
         method=TRAINED_METHOD,
     input:
-        "data/prepared/{dataset}",
-        option_files,
-        pretrained_weights,
+        data="data/prepared/{dataset}",
+        options=option_files,
+        pretrained=pretrained_weights,
     output:
         checkpoint=f"{RUN_DIR}/checkpoint.pt",
         log=f"{RUN_DIR}/log.csv",
@@ -43,7 +43,7 @@ rule train:
         "results/logs/train/{dataset}/{method}/seed{seed}.log",
     shell:
         "{DMLBENCH} train --dataset {wildcards.dataset} --method {wildcards.method} --seed {wildcards.seed}"
-        " --manifest {input}/manifest.csv --out $(dirname {output.checkpoint}) --threads {threads} --no-progress"
+        " --manifest {input.data}/manifest.csv --out $(dirname {output.checkpoint}) --threads {threads} --no-progress"
         " {CONFIG_ARGS} > {log} 2>&1"
 
 

@@ -1,0 +1,74 @@
+"""Benchmark: seconds per training epoch of every method of a table, from its finished runs.
+
+Each run's ``log.csv`` records the wall time of every epoch (``seconds``: the training batches,
+not the validation pass) and its throughput (``images_per_s``); this script reads them for the
+runs of ``tables.<TABLE>`` and prints, per method, the median over the run's epochs and the
+mean ± std of that over seeds, then the whole table's training seconds — the critical numbers
+for the embedded default's time budget. Methods that are not trained (ensembles, test-time
+variants, reference rows with ``epochs: 0``) are listed with 0.
+
+Usage (after the table's runs exist, e.g. ``snakemake --cores 8 results/tables/table1.tex``)::
+
+    python benchmarks/bench_epoch_time.py                 # table1 of params.yaml
+    python benchmarks/bench_epoch_time.py --table abe_table1 --config params.yaml --config my.yaml
+
+The numbers are only as clean as the machine was idle during the runs: Snakemake runs several
+jobs at once, so per-epoch seconds include contention when there are more jobs than cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import pandas as pd
+
+from dmlbench.config import load_config
+
+RUNS = Path("results/runs")
+
+
+def epoch_seconds(log_csv: Path) -> tuple[float, float, int]:
+    """(median seconds per epoch, median images/s, epochs) of one run's log.csv; zeros for an empty log."""
+    log = pd.read_csv(log_csv)
+    if log.empty:
+        return 0.0, 0.0, 0
+    return float(log["seconds"].median()), float(log["images_per_s"].median()), len(log)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", default="table1")
+    parser.add_argument("--config", action="append", help="params file(s); default params.yaml")
+    args = parser.parse_args()
+    config = load_config(args.config or ["params.yaml"])
+    spec = config["tables"][args.table]
+    total, missing = 0.0, []
+    print(f"{'dataset':10s} {'method':22s} {'s/epoch':>14s} {'img/s':>8s} {'epochs':>6s} {'train s':>8s}")
+    for dataset in spec["datasets"]:
+        for method in spec["methods"]:
+            per_seed = []
+            for seed in spec.get("seeds", config["seeds"]):
+                log = RUNS / dataset / method / f"seed{seed}" / "log.csv"
+                if log.is_file():
+                    per_seed.append(epoch_seconds(log))
+                elif (log.parent / "embeddings.npz").is_file():
+                    per_seed.append((0.0, 0.0, 0))  # not trained: an ensemble or a test-time variant
+                else:
+                    missing.append(str(log))
+            if not per_seed:
+                continue
+            seconds = [s for s, _, _ in per_seed]
+            train = sum(s * n for s, _, n in per_seed)
+            total += train
+            spread = statistics.stdev(seconds) if len(seconds) > 1 else 0.0
+            print(f"{dataset:10s} {method:22s} {statistics.mean(seconds):7.2f} ± {spread:4.2f} "
+                  f"{statistics.mean(i for _, i, _ in per_seed):8.0f} {per_seed[0][2]:6d} {train:8.0f}")
+    print(f"training seconds, all runs of {args.table}: {total:.0f} (≈ {total / 2 / 60:.1f} min on 2 cores)")
+    if missing:
+        print(f"{len(missing)} runs have no log yet, e.g. {missing[0]}: build the table first")
+
+
+if __name__ == "__main__":
+    main()
