@@ -227,6 +227,12 @@ def has_training(config: Mapping[str, Any], method: str) -> bool:
     return ensemble_spec(config, method) is None and checkpoint_source(config, method) is None
 
 
+def logs_epochs(config: Mapping[str, Any], method: str) -> bool:
+    """Whether ``method``'s runs log training epochs (a non-empty ``log.csv``): trained by the workflow
+    (:func:`has_training`) and not a reference row (``recipe: reference``, ``epochs: 0``)."""
+    return has_training(config, method) and resolve_method(config, method).get("recipe") != "reference"
+
+
 def differing_keys(left: Mapping[str, Any], right: Mapping[str, Any], prefix: str = "") -> list[str]:
     """Dotted keys of the leaves where two nested mappings differ; a key on one side only differs.
 

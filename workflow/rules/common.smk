@@ -6,6 +6,7 @@ from pathlib import Path
 
 from dmlbench.config import (
     PRESENTATION_KEYS,
+    logs_epochs,
     checkpoint_source,
     ensemble_spec,
     method_chain,
@@ -55,12 +56,13 @@ wildcard_constraints:
 
 def table_runs(table, filename, trained_only=False):
     """Paths of `filename` in every run (dataset × method × seed) of tables.<table>; with
-    `trained_only`, the methods that are not trained (no training log) are left out."""
+    `trained_only`, the methods without training epochs (ensembles, test-time variants, reference rows:
+    no or an empty training log) are left out."""
     spec = config["tables"][table]
     return expand(
         f"{RUN_DIR}/{filename}",
         dataset=spec["datasets"],
-        method=[m for m in spec["methods"] if not (trained_only and (m in ENSEMBLES or m in REEMBEDDED))],
+        method=[m for m in spec["methods"] if not (trained_only and not logs_epochs(config, m))],
         seed=spec.get("seeds", config["seeds"]),
     )
 

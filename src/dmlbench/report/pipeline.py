@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dmlbench.config import ensemble_spec, has_training, resolve_method, resolve_run, section
+from dmlbench.config import ensemble_spec, logs_epochs, resolve_method, resolve_run, section
 from dmlbench.methods import build_recipe
 from dmlbench.methods.health import HealthCheck
 
@@ -88,6 +88,6 @@ def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_d
         curves_png=plots_dir / f"{table}_training_curves.png",
         recall_png=plots_dir / f"{table}_recall_at_k.png",
         label=f"tab:{table}",
-        log_runs=[run for run in runs if has_training(config, run.method)],
+        log_runs=[run for run in runs if logs_epochs(config, run.method)],
         health_checks={(d, m): health_checks(config, d, m, seeds[0]) for d in spec.datasets for m in spec.methods},
     )

@@ -9,7 +9,7 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from dmlbench.config import ConfigError, has_training, resolve_method
+from dmlbench.config import ConfigError, has_training, logs_epochs, resolve_method
 from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH
 
 RUNS_DIR = Path("results/runs")
@@ -43,6 +43,10 @@ def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str,
     if untrained:
         raise ConfigError(f"{where}: methods {untrained} are not trained themselves (ensemble_members or "
                           f"checkpoint_of), so they have no {trained}; name the method they come from")
+    unlogged = [m for m in methods if trained == "log.csv" and not logs_epochs(config, m)]
+    if unlogged:
+        raise ConfigError(f"{where}: methods {unlogged} are reference rows (recipe: reference, no epochs), so "
+                          f"their {trained} is empty; leave them out")
     return methods
 
 
