@@ -294,6 +294,7 @@ def test_nontrivial_term_at_init_is_small_next_to_the_metric(params):
     torch.manual_seed(0)
     run = resolve_run(params, "synthetic", "deml", 0)
     run["training"]["device"] = "cpu"
+    run["training"]["backbone"]["pretrained"] = None  # random initial weights, as measured
     recipe = build_recipe(run)
     model, loss = recipe.build_model(), recipe.build_loss(40)
     images, labels = torch.rand(16, 3, 56, 56), torch.arange(4).repeat_interleave(4)
