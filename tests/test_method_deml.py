@@ -20,6 +20,7 @@ from dmlbench.methods.deml import DeMLOptions
 from dmlbench.models.deml_attention import (
     ChannelAttention,
     attention_box,
+    connected_components,
     crop_and_zoom,
     largest_component,
     object_saliency,
@@ -115,6 +116,32 @@ def test_box_takes_the_largest_above_mean_region_and_squares_it():
     corner = torch.zeros(1, 40, 40)
     corner[0, 0:4, 0:20] = 1.0  # square (4, −4, 16, 8) sticks out above the image and is clipped
     assert attention_box(corner).tolist() == [[4.0, 0.0, 16.0, 8.0]]
+
+
+def _labels_by_propagation(mask: torch.Tensor) -> torch.Tensor:
+    """Oracle: every pixel takes the largest position index reachable through 8-neighbours in the mask."""
+    b, h, w = mask.shape
+    inside = mask.float()
+    labels = torch.arange(1, h * w + 1, dtype=torch.float32).view(1, h, w) * inside
+    while True:
+        grown = torch.nn.functional.max_pool2d(labels[:, None], 3, stride=1, padding=1)[:, 0] * inside
+        if torch.equal(grown, labels):
+            return labels.long()
+        labels = grown
+
+
+def test_connected_components_label_each_region_by_its_largest_position_within_its_own_map():
+    generator = torch.Generator().manual_seed(0)
+    noise = torch.rand(6, 23, 31, generator=generator)
+    mask = torch.nn.functional.avg_pool2d(noise[:, None], 3, stride=1, padding=1)[:, 0] > 0.52
+    mask[5] = False  # an empty map
+    mask[4] = True  # one region covering the map: its label is H × W
+    labels = connected_components(mask)
+    assert labels.dtype == torch.int64 and torch.equal(labels, _labels_by_propagation(mask))
+    assert labels[4].unique().tolist() == [23 * 31] and labels[5].abs().sum() == 0
+    spiral = torch.zeros(1, 9, 9, dtype=torch.bool)  # a long snake: one region, its label the last pixel
+    spiral[0, 0, :] = spiral[0, :, 8] = spiral[0, 8, 2:] = spiral[0, 2:, 2] = spiral[0, 2, 2:7] = True
+    assert connected_components(spiral)[0][spiral[0]].unique().tolist() == [9 * 8 + 8 + 1]
 
 
 def test_regions_touching_diagonally_are_one_region():

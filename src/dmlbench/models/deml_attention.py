@@ -48,8 +48,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy import ndimage
 from torch import Tensor, nn
 
 #: σ of the Gaussian spatial weighting of the authors' code, as a fraction of the map side.
@@ -198,27 +200,31 @@ def oam_saliency(feature_maps: Sequence[Tensor], size: tuple[int, int], iteratio
     return object_saliency([m.detach() for m in feature_maps], size, iterations)
 
 
+#: scipy.ndimage.label structure: 8-connectivity within each map of a (B, H, W) stack, none across maps.
+_EIGHT_CONNECTED_PER_MAP = np.zeros((3, 3, 3), dtype=bool)
+_EIGHT_CONNECTED_PER_MAP[1] = True
+
+
 def connected_components(mask: Tensor) -> Tensor:
-    """Labels of the 8-connected regions of boolean maps, batched (label propagation by max-pooling).
+    """Labels of the 8-connected regions of boolean maps, batched.
+
+    One ``scipy.ndimage.label`` call over the stack (on the CPU; a few ms for 32 maps of 128 × 128,
+    where label propagation by max-pooling took 1.5 s: its iterations grow with a region's length).
 
     Args:
         mask: (B, H, W) bool.
 
     Returns:
-        (B, H, W) int64: 0 outside the mask; inside, each region carries the largest
-        1-based row-major position index among its pixels (labels differ between regions).
+        (B, H, W) int64 on ``mask``'s device: 0 outside the mask; inside, each region carries the
+        largest 1-based row-major position index among its pixels (labels differ between regions).
     """
     b, h, w = mask.shape
-    positions = torch.arange(1, h * w + 1, device=mask.device, dtype=torch.float32).view(1, h, w)
-    inside = mask.float()
-    labels = positions * inside
-    while True:
-        for _ in range(8):
-            labels = F.max_pool2d(labels[:, None], 3, stride=1, padding=1)[:, 0] * inside
-        grown = F.max_pool2d(labels[:, None], 3, stride=1, padding=1)[:, 0] * inside
-        if torch.equal(grown, labels):
-            return labels.long()
-        labels = grown
+    regions, count = ndimage.label(mask.detach().cpu().numpy(), structure=_EIGHT_CONNECTED_PER_MAP)
+    positions = np.broadcast_to(np.arange(1, h * w + 1, dtype=np.int64).reshape(1, h, w), (b, h, w))
+    top = np.zeros(count + 1, dtype=np.int64)
+    if count:
+        top[1:] = ndimage.maximum(positions, labels=regions, index=np.arange(1, count + 1))
+    return torch.from_numpy(top[regions]).to(mask.device)
 
 
 def largest_component(mask: Tensor) -> Tensor:
