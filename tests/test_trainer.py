@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pandas as pd
@@ -121,3 +122,22 @@ def test_paper_protocol_on_a_query_gallery_dataset(params, tiny_manifest, tmp_pa
     train(run, manifest, tmp_path)
     _, log = outputs(tmp_path)
     assert log["test_R@1"].between(0, 1).all()
+
+
+def test_channels_last_lays_out_the_weights_and_trains_to_the_same_result_within_rounding(params, tiny_manifest,
+                                                                                        tmp_path):
+    """training.channels_last changes the memory layout of the convolutions only: same initial values,
+    the same trained weights up to float rounding, and the layout is what the model gets."""
+    from dmlbench.training.trainer import place_model
+
+    run = tiny_run(params, "triplet", epochs=2)
+    fast = copy.deepcopy(run)
+    fast["training"]["channels_last"] = True
+    conv = place_model(torch.nn.Conv2d(3, 4, 3), fast["training"], torch.device("cpu")).weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    results = {}
+    for name, config in (("plain", run), ("fast", fast)):
+        train_run(config, tiny_manifest, tmp_path / name, tmp_path / f"scratch_{name}", progress=False)
+        results[name] = load_checkpoint(tmp_path / name / "checkpoint.pt")["model"]
+    for key, value in results["plain"].items():
+        torch.testing.assert_close(results["fast"][key], value, rtol=1e-3, atol=1e-4, msg=key)

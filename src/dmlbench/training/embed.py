@@ -14,7 +14,7 @@ from dmlbench.methods import build_recipe
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.data import load_run_data
 from dmlbench.training.model_stats import count_parameters, forward_gflops
-from dmlbench.training.trainer import resolve_device
+from dmlbench.training.trainer import place_model, resolve_device
 
 
 def write_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -60,7 +60,7 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     model = recipe.build_model()
     model.load_state_dict(checkpoint["model"])
     device = resolve_device(run["training"]["device"])
-    model = model.to(device)
+    model = place_model(model, run["training"], device)
     data = load_run_data(run, manifest_path)
     embeddings = recipe.embed(model, data.test, run["training"]["eval_batch_size"], device)
     arrays: dict[str, np.ndarray] = {"embeddings": embeddings, "labels": data.test.labels}

@@ -62,6 +62,18 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def place_model(model: nn.Module, training: Mapping[str, Any], device: torch.device) -> nn.Module:
+    """``model`` on ``device``, in the channels-last memory format when ``training.channels_last`` is true.
+
+    Channels-last changes only how convolution weights are laid out in memory (the values are the same;
+    sums may round differently), and it is what makes the CPU's convolutions fast: EfficientNet-Lite0
+    trains at 80 instead of 38 img/s at 128 px on one core, small_cnn at 4,000 instead of 3,400 at 56 px
+    (``benchmarks/bench_backbones.py --channels-last``).
+    """
+    model = model.to(device)
+    return model.to(memory_format=torch.channels_last) if training.get("channels_last", False) else model
+
+
 def _write_log(rows: list[dict[str, float]], path: Path) -> None:
     """One row per epoch: :data:`LOG_COLUMNS`, then the optional and recipe columns in the order
     they first appear; a metric that was not computed (NaN) is an empty cell."""
@@ -106,7 +118,7 @@ class Trainer:
 
         seed_everything(derive_seed(run["seed"], "init"))
         self.recipe: Recipe = build_recipe(self.run)
-        self.model = self.recipe.build_model().to(device)
+        self.model = place_model(self.recipe.build_model(), self.training, device)
         self.loss = self.recipe.build_loss(data.num_classes).to(device)
         self.optimizer = build_optimizer(self.training["optimizer"], self.model, self.loss)
         self.scheduler = build_scheduler(self.training["schedule"], self.optimizer, self.training["epochs"])
