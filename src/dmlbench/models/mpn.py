@@ -171,8 +171,8 @@ class MPNEmbedder(nn.Module):
         dim: d.
         mpn: the message-passing network, or None when no loss and no test-time use needs it.
         freeze_bn: keep the backbone's BatchNorm layers in eval mode with frozen affine parameters.
-        mpn_lr_multiplier: the MPN's learning rate in units of the head group's (> 0; see
-            :meth:`parameter_group_multipliers`).
+        mpn_lr_multiplier: the MPN's learning rate in units of the head group's (> 0, checked by the
+            optimiser's :func:`~dmlbench.training.optim.multiplier_groups`).
 
     ``forward(images)`` (B, 3, H, W) → (B, d) L2-normalised backbone embeddings (the default
     test-time embedding). ``features`` gives the same before normalisation (the auxiliary
@@ -184,8 +184,6 @@ class MPNEmbedder(nn.Module):
     def __init__(self, backbone: StagedBackbone, dim: int, mpn: MessagePassingNetwork | None,
                  freeze_bn: bool = False, mpn_lr_multiplier: float = 1.0):
         super().__init__()
-        if mpn_lr_multiplier <= 0:
-            raise ValueError(f"mpn_lr_multiplier must be > 0, got {mpn_lr_multiplier}")
         self.backbone = backbone
         self.embedding = nn.Linear(backbone.out_channels["pool"], dim)
         self.mpn = mpn

@@ -24,14 +24,13 @@ import torch
 
 from dmlbench.atomic import atomic_output
 from dmlbench.config import ConfigError, resolve_run
+from dmlbench.data.synthetic import PRETRAIN_MANIFEST_FILE
 from dmlbench.models.backbones.weights import pretrained_path, sha256_of, sha256_sidecar
 from dmlbench.training.checkpoint import atomic_torch_save, load_checkpoint
 from dmlbench.training.trainer import train_run
 
 #: Prefix of the backbone's body parameters in a trained model's state dict.
 BODY_PREFIX = "backbone.body."
-#: The pretraining classes' manifest that ``prepare`` writes beside ``manifest.csv``.
-PRETRAIN_MANIFEST = "pretrain.csv"
 
 
 def pretraining_run(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
@@ -78,7 +77,7 @@ def pretrain_backbone(config: Mapping[str, Any], dataset: str, prepared_dir: str
         progress: show a progress bar.
     """
     run = pretraining_run(config, dataset)
-    manifest = Path(prepared_dir) / PRETRAIN_MANIFEST
+    manifest = Path(prepared_dir) / PRETRAIN_MANIFEST_FILE
     if not manifest.is_file():
         raise ConfigError(f"{manifest}: not found; the pretraining stage needs the dataset's pretraining classes: "
                           f"set datasets.{dataset}.pretrain_classes (e.g. 100) and prepare it again")

@@ -74,6 +74,11 @@ def place_model(model: nn.Module, training: Mapping[str, Any], device: torch.dev
     return model.to(memory_format=torch.channels_last) if training.get("channels_last", False) else model
 
 
+def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A CPU copy of ``model``'s state dict (the weights a checkpoint keeps)."""
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
 def _write_log(rows: list[dict[str, float]], path: Path) -> None:
     """One row per epoch: :data:`LOG_COLUMNS`, then the optional and recipe columns in the order
     they first appear; a metric that was not computed (NaN) is an empty cell."""
@@ -233,14 +238,14 @@ class Trainer:
             score = self._score(val_r1, test_r1, epoch)
             if score > self.best_score:
                 self.best_score, self.best_epoch = score, epoch
-                self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+                self.best_state = _snapshot(self.model)
             tqdm.write(f"[dmlbench] epoch {epoch}/{epochs} loss {mean_loss:.4f} val R@1 {val_r1:.4f} "
                        f"{seen / seconds:.0f} img/s")
             atomic_torch_save(self._scratch_state(epoch), self.scratch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch)
         if epochs == 0:  # nothing to train (a reference row): the checkpoint holds the initial weights
-            self.best_state = {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+            self.best_state = _snapshot(self.model)
         self._finish()
         return TrainResult(self.best_epoch, self.best_score, epochs + 1 - first)
 
