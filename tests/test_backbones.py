@@ -61,3 +61,37 @@ def test_embeddings_are_unit_norm():
     out = model(torch.rand(5, 3, 32, 32))
     assert out.shape == (5, 8)
     assert torch.allclose(out.norm(dim=1), torch.ones(5), atol=1e-6)
+
+
+def test_frozen_through_stops_gradients_and_statistics_below_the_cut_only():
+    """``frozen_through: stage2``: stem, stage1, stage2 get no gradient and keep their BatchNorm
+    statistics in train mode (BN otherwise trains here), stage3 and stage4 train; the weights of the
+    frozen stages equal those of an unfrozen twin built from the same seed."""
+    torch.manual_seed(0)
+    free = build_backbone({"name": "small_cnn", "width": 4})
+    torch.manual_seed(0)
+    backbone = build_backbone({"name": "small_cnn", "width": 4, "frozen_through": "stage2"})
+    assert backbone.frozen_stages == ("stem", "stage1", "stage2")
+    torch.testing.assert_close(backbone.state_dict(), free.state_dict())
+    model = Embedder(backbone, LinearEmbedding(32, 8)).train()
+    frozen_bn = [m for n in ("stem", "stage1", "stage2") for m in backbone.body[n].modules()
+                 if isinstance(m, nn.BatchNorm2d)]
+    trained_bn = [m for m in backbone.body["stage3"].modules() if isinstance(m, nn.BatchNorm2d)]
+    before = [m.running_mean.clone() for m in frozen_bn + trained_bn]
+    model(torch.rand(4, 3, 32, 32)).sum().backward()
+    for name in ("stem", "stage1", "stage2"):
+        assert all(p.grad is None and not p.requires_grad for p in backbone.body[name].parameters()), name
+    for name in ("stage3", "stage4"):
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in backbone.body[name].parameters()
+                   if p.dim() > 1), name
+    after = [m.running_mean for m in frozen_bn + trained_bn]
+    assert all(torch.equal(b, a) for b, a in zip(before[: len(frozen_bn)], after[: len(frozen_bn)]))
+    assert not any(torch.equal(b, a) for b, a in zip(before[len(frozen_bn):], after[len(frozen_bn):]))
+    assert all(not m.training for m in frozen_bn) and all(m.training for m in trained_bn)
+
+
+def test_frozen_through_errors_name_the_key():
+    with pytest.raises(ValueError, match="frozen_through.*no stage 'block3'.*stem"):
+        build_backbone({"name": "small_cnn", "frozen_through": "block3"})
+    with pytest.raises(ValueError, match="frozen_through: 'pool' would freeze the whole backbone"):
+        build_backbone({"name": "small_cnn", "frozen_through": "pool"})

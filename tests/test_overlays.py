@@ -32,3 +32,30 @@ def test_every_table1_model_builds_and_embeds_on_the_overlay_backbone(overlay: s
         for start, stop in slices:
             norms = embeddings[:, start:stop].norm(dim=1)
             torch.testing.assert_close(norms, torch.ones(2), msg=f"{overlay}: {method} [{start}, {stop})")
+
+
+#: training settings that make cub_lite's table1 a like-for-like comparison: a method's own entry in
+#: params.yaml wins over an overlay's shared ``training``, so an entry written for the embedded default
+#: (e.g. mpn's BatchNorm trained at one rate) would silently change the protocol for that method alone.
+SHARED_PROTOCOL = [
+    ("epochs",), ("embedding_dim",), ("image",), ("sampler",), ("schedule",), ("val_fraction",),
+    ("backbone", "name"), ("backbone", "pretrained"), ("backbone", "freeze_bn"), ("backbone", "frozen_through"),
+    ("backbone", "pooling"), ("optimizer", "lr"), ("optimizer", "head_lr_multiplier"),
+]
+
+
+def test_cub_lite_trains_every_table1_method_under_the_same_protocol():
+    """Optimiser family, weight decay and the loss's own rate may differ per method; the rest may not."""
+    config = load_config([REPO / "params.yaml", REPO / "workflow" / "overlays" / "cub_lite.yaml"])
+    trained = {}
+    for method in config["tables"]["table1"]["methods"]:
+        training = resolve_run(config, "cub200", method, 0)["training"]
+        if training["epochs"] > 0:
+            trained[method] = training
+    reference = trained["margin"]
+    for method, training in trained.items():
+        for path in SHARED_PROTOCOL:
+            value, expected = training, reference
+            for key in path:
+                value, expected = value.get(key), expected.get(key)
+            assert value == expected, f"cub_lite: {method}'s training.{'.'.join(path)} = {value!r}, margin's {expected!r}"

@@ -25,11 +25,14 @@ BACKBONES: dict[str, Callable[..., StagedBackbone]] = {
 }
 
 #: keys of ``training.backbone`` handled by the model, not passed to the builder.
-MODEL_KEYS = ("name", "freeze_bn")
+MODEL_KEYS = ("name", "freeze_bn", "frozen_through")
 
 
 def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     """Build the backbone named by ``config['name']`` with the other keys as arguments.
+
+    ``frozen_through`` (a stage name, or null) fixes the stages up to it
+    (:meth:`StagedBackbone.freeze_through`), after any pretrained weights are loaded.
 
     A key set to null is left out (the builder's default applies), so an overlay
     that switches backbones can unset the previous backbone's options (e.g. ``width: null``).
@@ -39,9 +42,16 @@ def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
         raise KeyError(f"training.backbone.name = {name!r} is unknown; known: {sorted(BACKBONES)}")
     kwargs = {k: v for k, v in config.items() if k not in MODEL_KEYS and v is not None}
     try:
-        return BACKBONES[name](**kwargs)
+        backbone = BACKBONES[name](**kwargs)
     except TypeError as err:
         raise ValueError(f"training.backbone ({name}): {err}") from err
+    frozen_through = config.get("frozen_through")
+    if frozen_through is not None:
+        try:
+            backbone.freeze_through(frozen_through)
+        except KeyError as err:
+            raise ValueError(f"training.backbone.frozen_through: {err.args[0]}") from err
+    return backbone
 
 
 __all__ = ["BACKBONES", "StagedBackbone", "build_backbone", "freeze_batchnorm"]

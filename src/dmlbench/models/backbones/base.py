@@ -64,6 +64,30 @@ class StagedBackbone(nn.Module):
         self.body = nn.ModuleDict(stages)
         self.stage_names: tuple[str, ...] = tuple(names)
         self.out_channels = dict(out_channels)
+        self.frozen_stages: tuple[str, ...] = ()
+
+    def freeze_through(self, name: str) -> None:
+        """Fix the input normalisation and every stage up to and including ``name``.
+
+        Their parameters stop requiring gradients, so autograd records nothing there
+        (no backward pass and no saved activations below the first trainable stage),
+        and :meth:`train` keeps them in eval mode. A method's copies of stages made
+        after this call (ABE's attention trunk, DIABLO's φ) copy the frozen flag too.
+        """
+        if name == "pool":
+            raise ValueError("training.backbone.frozen_through: 'pool' would freeze the whole backbone; "
+                             f"name a stage before it: {list(self.stage_names[:-1])}")
+        self.frozen_stages = self.stage_names[: self.index(name) + 1]
+        for module in (self.normalize, *(self.body[n] for n in self.frozen_stages)):
+            for p in module.parameters():
+                p.requires_grad_(False)
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> "StagedBackbone":
+        super().train(mode)
+        for name in self.frozen_stages:
+            self.body[name].eval()
+        return self
 
     def index(self, name: str) -> int:
         """Position of stage ``name``; a clear error lists the valid names."""

@@ -1,0 +1,94 @@
+"""Diagnose methods at initialisation on real data: what they do to the features before training.
+
+For each method, built exactly as its run would be (params.yaml + overlays) with its pretrained
+weights, this prints:
+
+- ``val R@1``: R@1 of the method's test-time embedding on the validation classes *before any
+  step* — a method whose new modules (attention, masks, crops) already destroy the pretrained
+  features starts below the baseline's linear embedding;
+- the loss terms of a few training batches (the recipe's ``epoch_log``), e.g. ABE's metric
+  and divergence losses, so their scales at init can be compared;
+- the gradient norm of each optimiser parameter group (backbone, head, loss, method-specific groups)
+  after those batches, i.e. who the first updates move.
+
+It is the first check to run when a method lands below its baseline (docs/results.md). Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/diagnose_init.py --config params.yaml \\
+        --config workflow/overlays/cub_lite.yaml --dataset cub200 --methods margin abe8 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from dmlbench.config import load_config, resolve_run
+from dmlbench.methods import build_recipe
+from dmlbench.methods.base import TrainContext
+from dmlbench.training.data import load_run_data
+from dmlbench.training.optim import build_optimizer
+from dmlbench.training.seeding import derive_seed, seed_everything
+from dmlbench.training.trainer import place_model, recall_at_1
+
+
+def diagnose(run: Mapping[str, Any], manifest: str, batches: int) -> dict[str, float]:
+    """Validation R@1 at init, the recipe's loss terms and each parameter group's gradient norm."""
+    training = run["training"]
+    data = load_run_data(run, manifest)
+    device = torch.device("cpu")
+    seed_everything(derive_seed(run["seed"], "init"))
+    recipe = build_recipe(run)
+    model = place_model(recipe.build_model(), training, device)
+    loss = recipe.build_loss(data.num_classes).to(device)
+    optimizer = build_optimizer(training["optimizer"], model, loss)
+    row: dict[str, float] = {}
+    model.eval()
+    if data.val is not None:
+        row["val_R@1_at_init"] = recall_at_1(recipe, model, data.val, None, training["eval_batch_size"], device)
+    context = TrainContext(data=data, device=device, eval_batch_size=training["eval_batch_size"])
+    recipe.on_epoch_start(1, model, context)
+    model.train()
+    sampler = recipe.build_sampler(data.train.labels, torch.Generator().manual_seed(run["seed"]))
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for step, rows in enumerate(sampler):
+        if step == batches:
+            break
+        items = [data.train[i] for i in rows]
+        images = torch.stack([image for image, _, _ in items])
+        labels = torch.stack([label for _, label, _ in items])
+        value = recipe.training_loss(model, loss, images, labels, torch.as_tensor(rows))
+        (value / batches).backward()
+        total += value.item() / batches
+    row["loss"] = total
+    row.update({k: v for k, v in recipe.epoch_log().items() if not k.startswith("health/")})
+    for group in optimizer.param_groups:
+        grads = [p.grad.norm() ** 2 for p in group["params"] if p.grad is not None]
+        row[f"grad_norm/{group.get('name', '?')}"] = float(torch.stack(grads).sum().sqrt()) if grads else 0.0
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", action="append", help="params file(s); default params.yaml")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--manifest", default=None, help="default data/prepared/DATASET/manifest.csv")
+    parser.add_argument("--methods", nargs="+", required=True)
+    parser.add_argument("--batches", type=int, default=4, help="training batches whose gradients are summed")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    config = load_config(args.config or ["params.yaml"])
+    manifest = args.manifest or f"data/prepared/{args.dataset}/manifest.csv"
+    for method in args.methods:
+        row = diagnose(resolve_run(config, args.dataset, method, args.seed), manifest, args.batches)
+        print(f"{method}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
