@@ -7,18 +7,64 @@ complete new one, never a half-written manifest, checkpoint, table or PNG.
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+#: An orphan temporary file of another machine (a shared file system) is removed after this long.
+FOREIGN_ORPHAN_SECONDS = 24 * 3600
+
+
+def _owner_tag() -> str:
+    return f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the temporary files that killed writers of ``path`` left beside it; return them.
+
+    A temporary file is named ``.<name>.<host>-<pid>.<random>.tmp<suffix>``: one of this host whose
+    process is gone is an orphan, one of another host when it is older than
+    :data:`FOREIGN_ORPHAN_SECONDS`.
+    """
+    path = Path(path)
+    host = socket.gethostname().replace(".", "_")
+    removed = []
+    for candidate in path.parent.glob(f".{path.name}.*-*.*.tmp{path.suffix}"):
+        owner = candidate.name[len(path.name) + 2:].split(".", 1)[0]
+        owner_host, _, pid = owner.rpartition("-")
+        if not pid.isdigit():
+            continue
+        if owner_host == host:
+            orphan = not _running(int(pid))
+        else:
+            orphan = time.time() - candidate.stat().st_mtime > FOREIGN_ORPHAN_SECONDS
+        if orphan:
+            candidate.unlink(missing_ok=True)
+            removed.append(candidate)
+    return removed
 
 
 @contextmanager
 def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path``, on error it is removed.
 
-    Parent folders are created. The temporary name keeps ``path``'s suffix, so
-    writers that append a suffix of their own (``np.savez``) leave it alone.
+    Parent folders are created, and the temporary files of earlier writers that were killed are
+    swept (:func:`sweep_orphans`). The temporary name keeps ``path``'s suffix, so writers that
+    append a suffix of their own (``np.savez``) leave it alone. The data are flushed to disk
+    (``fsync``) before the rename, so a crash cannot leave a complete-looking empty file.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
@@ -29,11 +75,15 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    sweep_orphans(path)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_owner_tag()}.",
+                                    suffix=f".tmp{path.suffix}")
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
+        with open(tmp, "rb+") as stream:
+            os.fsync(stream.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:

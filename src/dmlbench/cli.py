@@ -23,7 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dmlbench.config import ConfigError, load_config, resolve_run, section
+from dmlbench.config import load_config, resolve_run, section
+from dmlbench.errors import DmlbenchError
 
 PREPARED_DIR = Path("data/prepared")
 RUNS_DIR = Path("results/runs")
@@ -47,6 +48,16 @@ def _set_threads(threads: int | None) -> None:
 
         torch.set_num_threads(threads)
         faiss.omp_set_num_threads(threads)
+
+
+def _parse_threads(text: str) -> int:
+    try:
+        threads = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--threads expects a positive integer, got {text!r}") from err
+    if threads < 1:
+        raise argparse.ArgumentTypeError(f"--threads expects a positive integer (CPU threads), got {threads}")
+    return threads
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -200,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     def with_config(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", action="append", metavar="YAML",
                        help="params file; repeat for overlays (default: params.yaml)")
-        p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and faiss")
+        p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
 
     p = sub.add_parser("prepare", help="turn a dataset into the canonical manifest")
     p.add_argument("dataset", help="a key of the 'datasets' params section")
@@ -252,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "checkpoint (checkpoint_of); default: the method it was trained as")
     p.add_argument("--config", action="append", metavar="YAML",
                    help="with --method: params file; repeat for overlays (default: params.yaml)")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
     p.set_defaults(func=cmd_embed)
 
     p = sub.add_parser("evaluate", help="Recall@K, NMI, MAP@R, R-precision of an embeddings .npz")
@@ -263,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kmeans-niter", type=int, default=100)
     p.add_argument("--kmeans-nredo", type=int, default=1)
     p.add_argument("--chunk-size", type=int, default=4096, help="queries per kNN search chunk")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("ensemble", help="concatenate the L2-normalised test embeddings of several runs")
@@ -303,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _set_threads(getattr(args, "threads", None))
     try:
         args.func(args)
-    except (ConfigError, KeyError, ValueError, FileNotFoundError, OSError) as err:
+    except (DmlbenchError, KeyError, ValueError, FileNotFoundError, OSError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"dmlbench {args.command}: error: {message}", file=sys.stderr)
         return 2

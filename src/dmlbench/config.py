@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -34,6 +35,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from dmlbench.errors import DmlbenchError
+
 SCHEMA_RESOURCE = "params.schema.json"
 #: entries (of a method or a dataset) that only name things or steer the report; they never change a run.
 PRESENTATION_KEYS = ("label", "recall_ks")
@@ -41,7 +44,7 @@ PRESENTATION_KEYS = ("label", "recall_ks")
 _ABSENT = object()
 
 
-class ConfigError(ValueError):
+class ConfigError(DmlbenchError, ValueError):
     """The parameters are missing, malformed or inconsistent."""
 
 
@@ -79,12 +82,35 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files("dmlbench").joinpath(SCHEMA_RESOURCE).read_text())
 
 
+def non_finite_values(node: Any, path: str = "") -> list[tuple[str, float]]:
+    """``(key.path, value)`` of every NaN or infinite float in a parsed YAML tree (jsonschema's
+    bounds are false for NaN, so the schema alone lets ``lr: .nan`` through).
+
+    >>> non_finite_values({"training": {"optimizer": {"lr": float("nan")}}, "seeds": [0, float("inf")]})
+    [('training.optimizer.lr', nan), ('seeds.1', inf)]
+    """
+    if isinstance(node, float):
+        return [] if math.isfinite(node) else [(path, node)]
+    if isinstance(node, Mapping):
+        children = ((f"{path}.{key}" if path else str(key), value) for key, value in node.items())
+    elif isinstance(node, list):
+        children = ((f"{path}.{i}" if path else str(i), value) for i, value in enumerate(node))
+    else:
+        return []
+    return [found for child_path, value in children for found in non_finite_values(value, child_path)]
+
+
 def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     """Validate against the schema and check cross-references between sections.
 
     Raises:
         ConfigError: naming the key path (e.g. ``methods.triplet.loss.margin``) and the problem.
     """
+    non_finite = non_finite_values(config)
+    if non_finite:
+        listed = ", ".join(f"{path} = {value}" for path, value in non_finite[:10])
+        raise ConfigError(f"{source}: parameters must be finite numbers; {listed}. Write a number "
+                          f"(YAML reads .nan, .inf and -.inf as NaN and infinities).")
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:

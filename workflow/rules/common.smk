@@ -1,6 +1,7 @@
 # Shared helpers of the rules: config validation, the dmlbench command line, run paths.
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -14,8 +15,11 @@ from dmlbench.config import (
     validate_config,
 )
 from dmlbench.evaluation.ensemble import member_seeds
+from dmlbench.methods.validation import check_planned_methods
 
 validate_config(config, source="snakemake config (params.yaml + overlays)")
+# every planned run's recipe, options, loss and backbone name, so that `snakemake -n` catches them
+check_planned_methods(config, source="snakemake config (params.yaml + overlays)")
 
 # Every rule calls the same CLI with the same parameter files Snakemake read, from the
 # environment that runs Snakemake (so `.venv/bin/snakemake` works without activating it).
@@ -24,7 +28,9 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 # overlays must win: pass params.yaml first, then the overlays in their command-line order.
 BASE_CONFIG = "params.yaml"
 OVERLAYS = [path for path in workflow.configfiles if Path(path).resolve() != Path(BASE_CONFIG).resolve()]
-CONFIG_ARGS = " ".join(f"--config {path}" for path in [BASE_CONFIG, *OVERLAYS])
+# shell-quoted: an overlay path with a space or a quote must not split (the shell would fail the job
+# after Snakemake has already removed its old outputs)
+CONFIG_ARGS = " ".join(f"--config {shlex.quote(str(path))}" for path in [BASE_CONFIG, *OVERLAYS])
 DMLBENCH = "dmlbench"
 RUN_DIR = "results/runs/{dataset}/{method}/seed{seed}"
 

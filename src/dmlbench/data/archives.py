@@ -19,10 +19,12 @@ import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
 
+from dmlbench.errors import DmlbenchError
+
 ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
 
 
-class UnsafeArchiveError(ValueError):
+class UnsafeArchiveError(DmlbenchError, ValueError):
     """An archive member would be written outside the destination folder."""
 
 

@@ -13,6 +13,7 @@ the image.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from dmlbench.data.official import (
     Record,
     expected_counts,
     locate_root,
+    read_numbers,
     read_options,
     read_rows,
     require,
@@ -74,9 +76,17 @@ def read_records(root: Path) -> list[Record]:
     images, labels, classes, boxes = (require(root, INFO, name) for name in FILES)
     class_names = dict(read_rows(classes, 2))
     label_of = dict(read_rows(labels, 2))
-    bbox_of = {row[0]: tuple(float(v) for v in row[1:]) for row in read_rows(boxes, 5)}
+    bbox_of = {row[0]: read_numbers(boxes, row, slice(1, 5)) for row in read_rows(boxes, 5)}
     records = []
-    for image_id, rel in read_rows(images, 2):
+    image_rows = read_rows(images, 2)
+    paths = Counter(rel for _, rel in image_rows)
+    repeated = [rel for rel, count in paths.items() if count > 1]
+    if repeated:
+        ids = [image_id for image_id, rel in image_rows if rel == repeated[0]]
+        raise ManifestError(f"{images}: {len(repeated)} image file(s) listed under more than one id, e.g. "
+                            f"{repeated[0]} (ids {', '.join(ids)}); each file is one image: restore images.txt "
+                            f"from the dataset's archive")
+    for image_id, rel in image_rows:
         for table, path in ((label_of, labels), (bbox_of, boxes)):
             if image_id not in table:
                 raise ManifestError(f"{path}: no entry for image id {image_id} ({rel}) of {images}")

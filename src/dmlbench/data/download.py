@@ -31,9 +31,9 @@ file is kept, so the re-run does not download it again.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
-import contextlib
 import importlib
 import json
 import os
@@ -49,6 +49,7 @@ from typing import NamedTuple
 from tqdm import tqdm
 
 from dmlbench.data.archives import extract_archive, is_archive
+from dmlbench.errors import DmlbenchError
 
 USER_AGENT = "dmlbench-downloader/0.1 (+https://pypi.org/project/dmlbench)"
 CHUNK_BYTES = 1 << 20
@@ -72,7 +73,7 @@ class Archive(NamedTuple):
     md5: str | None = None
 
 
-class DownloadError(RuntimeError):
+class DownloadError(DmlbenchError, RuntimeError):
     """A file could not be fetched from any of its URLs, or a dataset cannot be downloaded."""
 
 
@@ -374,6 +375,12 @@ def extract_archives(kind: str, raw_dir: str | os.PathLike[str]) -> Path:
             if record is not None and record["sha256"] == sha256:
                 _write_marker(marker, {**record, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
                 continue
+            problem = _verify(path, archive.sha256, archive.md5, allow_unverified=True)
+            if problem:
+                raise DownloadError(
+                    f"{path}: {problem}; it is not the archive dmlbench pins, so nothing was extracted. "
+                    f"Delete it and fetch it again with `dmlbench download {kind}`. {_by_hand(module)}"
+                )
             marker.unlink(missing_ok=True)
             for name in record.get("entries", []) if record else []:
                 if name and "/" not in name and name not in (".", ".."):

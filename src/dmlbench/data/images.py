@@ -12,7 +12,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
+
+from dmlbench.errors import DmlbenchError
 
 BBox = tuple[float, float, float, float]
 
@@ -22,23 +25,41 @@ MAX_LISTED = 100
 IMAGE_ERRORS: tuple[type[Exception], ...] = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
-class ImageCheckError(ValueError):
+class ImageCheckError(DmlbenchError, ValueError):
     """One or more images are missing or cannot be read; the message lists them by path."""
 
 
 def load_rgb(path: str | os.PathLike[str]) -> Image.Image:
     """Decode an image fully and return it in RGB mode.
 
-    Greyscale (``L``, ``I;16``), CMYK (JPEG, Adobe-inverted or not), palette
+    Greyscale (``L``; ``I;16`` and other wide modes scaled to 8 bits), CMYK (JPEG, Adobe-inverted or not), palette
     (with or without transparency) and images with alpha all come back as a
     3-channel ``RGB`` image of the same size; alpha is dropped. The file is
     closed before returning.
     """
     with Image.open(path) as img:
         img.load()
+        if img.mode in WIDE_GREY_MODES:
+            img = _grey_to_8bit(img)
         if img.mode == "P" and "transparency" in img.info:
             img = img.convert("RGBA")
         return img.convert("RGB")
+
+
+#: Greyscale modes wider than 8 bits; PIL's ``convert("RGB")`` clips them to 255 (a 16-bit
+#: photograph comes back white) instead of scaling.
+WIDE_GREY_MODES = ("I;16", "I;16B", "I;16L", "I", "F")
+
+
+def _grey_to_8bit(img: Image.Image) -> Image.Image:
+    """Scale a 16-bit (``I;16*``: full range 65,535) or 32-bit (``I``, ``F``: 16-bit range when the
+    values fit it, else their own maximum) greyscale image to 8-bit ``L``."""
+    values = np.asarray(img, dtype=np.float64)
+    top = 65535.0 if img.mode.startswith("I;16") or (values.min() >= 0 and values.max() <= 65535) else values.max()
+    if img.mode == "F" and values.max() <= 1.0:
+        top = 1.0
+    scaled = np.clip(np.round(values / max(top, 1e-12) * 255.0), 0, 255).astype(np.uint8)
+    return Image.fromarray(scaled, mode="L")
 
 
 def unreadable_images(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[str, str]]:

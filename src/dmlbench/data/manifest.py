@@ -33,14 +33,21 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.atomic import atomic_output
+from dmlbench.errors import DmlbenchError
 
 SPLITS: tuple[str, ...] = ("train", "val", "test", "query", "gallery")
 REQUIRED_COLUMNS: tuple[str, ...] = ("path", "label", "class_name", "split")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("bbox",)
 
 
-class ManifestError(ValueError):
+class ManifestError(DmlbenchError, ValueError):
     """A manifest file is missing, malformed, or does not match its expected content."""
+
+
+def _file_lines(rows: np.ndarray, limit: int = 5) -> str:
+    """1-based line numbers in the CSV file (the header is line 1) of 0-based data ``rows``."""
+    listed = ", ".join(str(r + 2) for r in rows[:limit])
+    return listed + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
 
 
 def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>") -> pd.DataFrame:
@@ -61,8 +68,19 @@ def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>")
     bad_splits = sorted(set(frame["split"].astype(str)) - set(SPLITS))
     if bad_splits:
         raise ManifestError(f"{source}: unknown split value(s) {bad_splits}; allowed: {list(SPLITS)}")
-    if frame["path"].isna().any() or (frame["path"].astype(str) == "").any():
-        raise ManifestError(f"{source}: empty 'path' in row(s) {list(np.flatnonzero(frame['path'].isna()))[:5]}")
+    empty = frame["path"].isna().to_numpy() | (frame["path"].astype(str).str.strip() == "").to_numpy()
+    if empty.any():
+        raise ManifestError(f"{source}: empty 'path' on line(s) {_file_lines(np.flatnonzero(empty))} "
+                            f"(of {empty.sum()}); every row names one image file")
+    repeated = frame["path"].astype(str).duplicated(keep=False).to_numpy()
+    if repeated.any():
+        first = frame["path"].astype(str)[repeated].iloc[0]
+        raise ManifestError(
+            f"{source}: {frame['path'].astype(str)[repeated].nunique()} image path(s) appear more than once, "
+            f"e.g. {first!r} on lines {_file_lines(np.flatnonzero(frame['path'].astype(str) == first))}; "
+            f"each image belongs to one row (a repeated test image would count as its own nearest neighbour). "
+            f"Remove the repeated rows or re-run `dmlbench prepare <dataset>`."
+        )
     try:
         labels = frame["label"].astype(np.int64)
     except (TypeError, ValueError) as err:

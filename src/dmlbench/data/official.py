@@ -23,6 +23,7 @@ Params section of a real dataset (``datasets.<name>``)::
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +43,7 @@ from dmlbench.data.images import (
     unreadable_images,
 )
 from dmlbench.data.manifest import SPLITS, ManifestError, assert_split_counts, write_manifest
+from dmlbench.errors import DmlbenchError
 
 #: Keys of a dataset section that belong to other parts of the pipeline.
 IGNORED_KEYS: frozenset[str] = frozenset({"kind", "label", "recall_ks", "training"})
@@ -54,11 +56,11 @@ Counts = dict[str, tuple[int, int]]
 """``{split: (n_images, n_classes)}``."""
 
 
-class DatasetConfigError(ValueError):
+class DatasetConfigError(DmlbenchError, ValueError):
     """A dataset's params section has an unknown key or a bad value."""
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(DmlbenchError, FileNotFoundError):
     """No local copy of a dataset, or the copy lacks one of the expected files."""
 
 
@@ -215,20 +217,40 @@ def read_rows(path: Path, n_columns: int, skip: int = 0) -> list[list[str]]:
     """Whitespace-separated rows of a list file, skipping ``skip`` header lines and blank lines.
 
     Raises:
-        ManifestError: a row with a different number of columns (file and line named).
+        ManifestError: a line that is not UTF-8, or a row with a different number of columns
+            (file and line named).
     """
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if number <= skip or not line.strip():
-                continue
-            row = line.split()
-            if len(row) != n_columns:
-                raise ManifestError(
-                    f"{path}:{number}: expected {n_columns} columns, found {len(row)}: {line.strip()!r}"
-                )
-            rows.append(row)
+    raw = Path(path).read_bytes()
+    for number, line_bytes in enumerate(raw.splitlines(), start=1):
+        try:
+            line = line_bytes.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ManifestError(f"{path}:{number}: not UTF-8 text ({err.reason} at byte {err.start}): "
+                                f"{line_bytes[:80]!r}; the official list files are UTF-8 (or ASCII): "
+                                f"restore this file from the dataset's archive") from err
+        if number <= skip or not line.strip():
+            continue
+        row = line.split()
+        if len(row) != n_columns:
+            raise ManifestError(
+                f"{path}:{number}: expected {n_columns} columns, found {len(row)}: {line.strip()!r}"
+            )
+        rows.append(row)
     return rows
+
+
+def read_numbers(path: Path, row: list[str], columns: slice) -> tuple[float, ...]:
+    """The columns of a :func:`read_rows` row as finite floats; a bad cell names the file, the row's
+    id (its first cell) and the value."""
+    try:
+        values = tuple(float(v) for v in row[columns])
+    except ValueError as err:
+        raise ManifestError(f"{path}: row {row[0]}: expected numbers, found {row[columns]}; "
+                            f"restore this file from the dataset's archive") from err
+    if not all(math.isfinite(v) for v in values):
+        raise ManifestError(f"{path}: row {row[0]}: non-finite number in {row[columns]}")
+    return values
 
 
 def expected_counts(config: Mapping[str, Any], pinned: Counts, info: DatasetInfo) -> Counts:

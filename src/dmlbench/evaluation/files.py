@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from dmlbench.atomic import write_text_atomic
+from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.evaluation.evaluate import evaluate_embeddings
 
 REQUIRED_KEYS = ("embeddings", "labels")
+
+
+class EmbeddingsFileError(DmlbenchError, ValueError):
+    """An embeddings file cannot be read or lacks its keys; the message names the file."""
 OPTIONAL_KEYS = ("split", "learner_slices", "view_names", "view_slices", "stat_names", "stat_values")
 
 
@@ -27,49 +32,45 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a required key is missing, a key is unknown or an array cannot be read;
-            the message names the file and the key.
+        EmbeddingsFileError: not an .npz archive, a required key is missing, a key is unknown or
+            an array cannot be read; the message names the file and the key.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: embeddings file not found")
-    with np.load(path, allow_pickle=False) as archive:
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+        raise EmbeddingsFileError(f"{path}: not a readable .npz archive ({err}); re-create it with `dmlbench embed` "
+                                  f"(or numpy.savez with the keys {REQUIRED_KEYS})") from err
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise EmbeddingsFileError(f"{path}: holds a single array (.npy), not an .npz archive with the keys "
+                                  f"{REQUIRED_KEYS}; write it with numpy.savez(path, embeddings=..., labels=...)")
+    with archive:
         keys = set(archive.files)
         unknown = sorted(keys - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
         if unknown:
-            raise ValueError(f"{path}: unknown key(s) {unknown}; allowed keys are {REQUIRED_KEYS + OPTIONAL_KEYS}")
+            raise EmbeddingsFileError(f"{path}: unknown key(s) {unknown}; "
+                                      f"allowed keys are {REQUIRED_KEYS + OPTIONAL_KEYS}")
         for key in REQUIRED_KEYS:
             if key not in keys:
-                raise ValueError(f"{path}: missing required key {key!r} (found {sorted(keys)})")
+                raise EmbeddingsFileError(f"{path}: missing required key {key!r} (found {sorted(keys)})")
         arrays = {}
         for key in sorted(keys):
             try:
                 arrays[key] = archive[key]
-            except ValueError as err:
-                raise ValueError(f"{path}: cannot read key {key!r} ({err})") from err
+            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
+                raise EmbeddingsFileError(f"{path}: cannot read key {key!r} ({err}); re-create the file") from err
     return arrays
 
 
 def write_json_atomic(payload: Mapping[str, float], path: str | Path) -> None:
-    """Write ``payload`` as JSON (sorted keys, indent 2, no NaN) via a temporary file and ``os.replace``.
+    """Write ``payload`` as JSON (sorted keys, indent 2, no NaN) atomically (:func:`atomic_output`).
 
-    A reader never sees a partial file; on failure the temporary file is removed.
-    The parent directory is created if needed.
+    A reader never sees a partial file; the parent directory is created if needed.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(dict(payload), sort_keys=True, indent=2, allow_nan=False) + "\n"
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, text)
 
 
 def evaluate_file(

@@ -1,4 +1,5 @@
-"""Checks of the evaluation inputs; each raises ValueError (TypeError for wrong kinds) saying what is wrong."""
+"""Checks of the evaluation inputs; each raises :class:`EvaluationInputError` (a ValueError;
+:class:`EvaluationInputTypeError`, a TypeError, for wrong kinds) saying what is wrong."""
 
 from __future__ import annotations
 
@@ -7,24 +8,45 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dmlbench.errors import DmlbenchError
+
 SPLIT_VALUES = ("query", "gallery")
+
+#: Largest |value| accepted in an embedding: squared distances of 512-d rows stay far from float32's
+#: overflow (3.4e38), where faiss' K-means aborts the process.
+MAX_ABS_EMBEDDING = 1.0e15
+
+
+class EvaluationInputError(DmlbenchError, ValueError):
+    """An evaluation input has the wrong shape or values."""
+
+
+class EvaluationInputTypeError(DmlbenchError, TypeError):
+    """An evaluation input has the wrong dtype."""
 
 
 def check_embeddings(embeddings: np.ndarray) -> np.ndarray:
     """(N, d) real, finite, N ≥ 2, d ≥ 1; returned as C-contiguous float32."""
     array = np.asarray(embeddings)
     if array.ndim != 2:
-        raise ValueError(f"embeddings must be a 2-D (N, d) array, got shape {array.shape}")
+        raise EvaluationInputError(f"embeddings must be a 2-D (N, d) array, got shape {array.shape}")
     if array.dtype.kind != "f":
-        raise TypeError(f"embeddings must be floating point, got dtype {array.dtype}")
+        raise EvaluationInputTypeError(f"embeddings must be floating point, got dtype {array.dtype}")
     if array.shape[0] < 2 or array.shape[1] < 1:
-        raise ValueError(f"embeddings need at least 2 rows and 1 column, got shape {array.shape}")
+        raise EvaluationInputError(f"embeddings need at least 2 rows and 1 column, got shape {array.shape}")
     array = np.ascontiguousarray(array, dtype=np.float32)
     bad_rows = np.flatnonzero(~np.isfinite(array).all(axis=1))
     if len(bad_rows):
-        raise ValueError(
+        raise EvaluationInputError(
             f"embeddings have non-finite values (NaN or inf, after conversion to float32) in {len(bad_rows)} "
             f"of {len(array)} rows; first bad rows: {bad_rows[:5].tolist()}"
+        )
+    largest = float(np.abs(array).max())
+    if largest > MAX_ABS_EMBEDDING:
+        raise EvaluationInputError(
+            f"embeddings hold values up to {largest:.3g}, beyond {MAX_ABS_EMBEDDING:.0e}: squared distances "
+            f"overflow float32. A trained model's embeddings this large mean the run diverged; "
+            f"L2-normalise them if they are meant as directions"
         )
     return array
 
@@ -33,11 +55,16 @@ def check_labels(labels: np.ndarray, num_rows: int) -> np.ndarray:
     """(N,) integer class labels, one per embedding row."""
     array = np.asarray(labels)
     if array.ndim != 1:
-        raise ValueError(f"labels must be a 1-D (N,) array, got shape {array.shape}")
+        raise EvaluationInputError(f"labels must be a 1-D (N,) array, got shape {array.shape}")
     if array.dtype.kind not in "iu":
-        raise TypeError(f"labels must be integers, got dtype {array.dtype}")
+        raise EvaluationInputTypeError(f"labels must be integers, got dtype {array.dtype}")
     if len(array) != num_rows:
-        raise ValueError(f"labels has {len(array)} entries but embeddings has {num_rows} rows")
+        raise EvaluationInputError(f"labels has {len(array)} entries but embeddings has {num_rows} rows")
+    if len(np.unique(array)) < 2:
+        raise EvaluationInputError(
+            f"labels hold a single class ({array[0]}): every neighbour is a match and every clustering is "
+            f"perfect, so Recall@K, MAP@R and NMI would all read 1.0; evaluate a split with at least 2 classes"
+        )
     return array.astype(np.int64)
 
 
@@ -49,40 +76,46 @@ def check_split(split: np.ndarray | None, num_rows: int) -> np.ndarray | None:
     if array.dtype.kind == "S":
         array = np.char.decode(array, "ascii")
     if array.ndim != 1 or len(array) != num_rows:
-        raise ValueError(f"split must have shape ({num_rows},) like the labels, got {array.shape}")
+        raise EvaluationInputError(f"split must have shape ({num_rows},) like the labels, got {array.shape}")
     values = set(array.tolist())
     unknown = values - set(SPLIT_VALUES)
     if unknown:
         shown = sorted(map(repr, unknown))[:5]
-        raise ValueError(f"split values must be 'query' or 'gallery'; found {', '.join(shown)}")
+        raise EvaluationInputError(f"split values must be 'query' or 'gallery'; found {', '.join(shown)}")
     missing = set(SPLIT_VALUES) - values
     if missing:
-        raise ValueError(f"split has no {missing.pop()!r} rows; the query/gallery protocol needs both")
+        raise EvaluationInputError(f"split has no {missing.pop()!r} rows; the query/gallery protocol needs both")
     return array == "query"
 
 
 def check_learner_slices(learner_slices: np.ndarray | None, dim: int) -> list[tuple[int, int]]:
-    """(M, 2) integer [start, stop) column ranges, non-empty, within [0, dim], not overlapping."""
+    """(M, 2) integer [start, stop) column ranges, non-empty, not overlapping, tiling [0, dim)."""
     if learner_slices is None:
         return []
     array = np.asarray(learner_slices)
     if array.ndim != 2 or array.shape[1] != 2 or array.shape[0] < 1:
-        raise ValueError(f"learner_slices must have shape (M, 2) with M >= 1, got {array.shape}")
+        raise EvaluationInputError(f"learner_slices must have shape (M, 2) with M >= 1, got {array.shape}")
     if array.dtype.kind not in "iu":
-        raise TypeError(f"learner_slices must be integers, got dtype {array.dtype}")
+        raise EvaluationInputTypeError(f"learner_slices must be integers, got dtype {array.dtype}")
     slices = [(int(start), int(stop)) for start, stop in array]
     for m, (start, stop) in enumerate(slices):
         if not 0 <= start < stop <= dim:
-            raise ValueError(
+            raise EvaluationInputError(
                 f"learner slice {m} = [{start}, {stop}) is empty or outside the {dim} embedding columns"
             )
     ordered = sorted(range(len(slices)), key=lambda m: slices[m])
     for before, after in zip(ordered, ordered[1:]):
         if slices[after][0] < slices[before][1]:
-            raise ValueError(
+            raise EvaluationInputError(
                 f"learner slices {before} = [{slices[before][0]}, {slices[before][1]}) and "
                 f"{after} = [{slices[after][0]}, {slices[after][1]}) overlap"
             )
+    covered = sum(stop - start for start, stop in slices)
+    if covered != dim:
+        raise EvaluationInputError(
+            f"learner slices cover {covered} of the {dim} embedding columns; the learners of a multi-learner "
+            f"embedding must tile all of it (the ensemble is their concatenation)"
+        )
     return slices
 
 
@@ -91,19 +124,21 @@ def check_views(names: np.ndarray | None, slices: np.ndarray | None, dim: int) -
     if names is None and slices is None:
         return {}
     if names is None or slices is None:
-        raise ValueError("view_names and view_slices must be given together")
+        raise EvaluationInputError("view_names and view_slices must be given together")
     names_list = [str(n) for n in np.asarray(names).ravel()]
     array = np.asarray(slices)
     if array.ndim != 2 or array.shape != (len(names_list), 2) or array.dtype.kind not in "iu":
-        raise ValueError(f"view_slices must be integers of shape ({len(names_list)}, 2), got {array.dtype} {array.shape}")
+        raise EvaluationInputError(
+            f"view_slices must be integers of shape ({len(names_list)}, 2), got {array.dtype} {array.shape}")
     if len(set(names_list)) != len(names_list):
-        raise ValueError(f"view_names repeat a name: {names_list}")
+        raise EvaluationInputError(f"view_names repeat a name: {names_list}")
     views = {}
     for name, (start, stop) in zip(names_list, array.tolist()):
         if not re.fullmatch(r"[a-z0-9_]+", name) or name.startswith("learner"):
-            raise ValueError(f"view name {name!r} must match [a-z0-9_]+ and not start with 'learner'")
+            raise EvaluationInputError(f"view name {name!r} must match [a-z0-9_]+ and not start with 'learner'")
         if not 0 <= start < stop <= dim:
-            raise ValueError(f"view {name!r} = [{start}, {stop}) is empty or outside the {dim} embedding columns")
+            raise EvaluationInputError(
+                f"view {name!r} = [{start}, {stop}) is empty or outside the {dim} embedding columns")
         views[name] = (int(start), int(stop))
     return views
 
@@ -117,14 +152,14 @@ def check_stats(names: np.ndarray | None, values: np.ndarray | None) -> dict[str
     if names is None and values is None:
         return {}
     if names is None or values is None:
-        raise ValueError("stat_names and stat_values must be given together")
+        raise EvaluationInputError("stat_names and stat_values must be given together")
     names_list = [str(n) for n in np.asarray(names).ravel()]
     numbers = np.asarray(values, dtype=np.float64).ravel()
     if len(numbers) != len(names_list) or len(set(names_list)) != len(names_list):
-        raise ValueError(f"stat_names {names_list} and stat_values {numbers.tolist()} must match one to one")
+        raise EvaluationInputError(f"stat_names {names_list} and stat_values {numbers.tolist()} must match one to one")
     bad = [n for n in names_list if not re.fullmatch(STAT_NAME, n)]
     if bad or not np.isfinite(numbers).all():
-        raise ValueError(f"stats must have names matching {STAT_NAME} and finite values: "
+        raise EvaluationInputError(f"stats must have names matching {STAT_NAME} and finite values: "
                          f"{dict(zip(names_list, numbers))}")
     return {name: float(value) for name, value in zip(names_list, numbers)}
 
@@ -133,11 +168,11 @@ def check_recall_ks(recall_ks: Sequence[int], database_size: int) -> list[int]:
     """Positive integer K values, each ≤ the database size; returned sorted and without duplicates."""
     ks = list(recall_ks)
     if not ks:
-        raise ValueError("recall_ks is empty; give at least one K")
+        raise EvaluationInputError("recall_ks is empty; give at least one K")
     if any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in ks):
-        raise ValueError(f"recall_ks must be positive integers, got {ks}")
+        raise EvaluationInputError(f"recall_ks must be positive integers, got {ks}")
     if max(ks) > database_size:
-        raise ValueError(
+        raise EvaluationInputError(
             f"Recall@{max(ks)} asks for more neighbours than the {database_size} database items "
             "a query is ranked against"
         )
@@ -149,4 +184,4 @@ def check_positive(value: int | None, name: str, optional: bool = False) -> None
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise EvaluationInputError(f"{name} must be a positive integer, got {value!r}")

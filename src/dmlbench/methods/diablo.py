@@ -170,7 +170,12 @@ class DIABLORecipe(Recipe):
     options: DIABLOOptions
 
     def __init__(self, run: Mapping[str, Any]):
+        """Raises ValueError when ``training.embedding_dim`` is not divisible by the dictionary size."""
         super().__init__(run)
+        dim, entries = self.training["embedding_dim"], self.options.dictionary_size
+        if dim % entries:
+            raise ValueError(f"training.embedding_dim = {dim} is not divisible by {self._where('dictionary_size')}"
+                             f" = {entries}; choose N dividing it (each branch has d/N dimensions)")
         self._health = AttentionStatistics()
         self._last_health: dict[str, float] = {}
 
@@ -181,14 +186,10 @@ class DIABLORecipe(Recipe):
         """The DIABLO model of the options on ``training.backbone``.
 
         Raises:
-            ValueError: ``training.embedding_dim`` not divisible by the dictionary size, or a cut
-                point that is unknown or out of order (the message names the option).
+            ValueError: a cut point that is unknown or out of order (the message names the option).
         """
         o = self.options
         dim = self.training["embedding_dim"]
-        if dim % o.dictionary_size:
-            raise ValueError(f"training.embedding_dim = {dim} is not divisible by {self._where('dictionary_size')}"
-                             f" = {o.dictionary_size}; choose N dividing it (each branch has d/N dimensions)")
         backbone = build_backbone(self.training["backbone"])
         try:
             return DIABLO(backbone, selection=o.selection, placement=o.placement, num_entries=o.dictionary_size,

@@ -7,10 +7,12 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from dmlbench.errors import DmlbenchError
+
 T = TypeVar("T")
 
 
-class OptionsError(ValueError):
+class OptionsError(DmlbenchError, ValueError):
     """``methods.<name>.options`` has an unknown key or a value of the wrong type."""
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dmlbench.errors import DmlbenchError
+
 METRICS_FILE = "metrics.json"
 LOG_FILE = "log.csv"
 
@@ -31,7 +33,7 @@ RESULT_COLUMNS = ["dataset", "method", "seed", "metric", "value"]
 _SEED_DIR = re.compile(r"^seed(\d+)$")
 
 
-class ReportInputError(ValueError):
+class ReportInputError(DmlbenchError, ValueError):
     """A run's metrics.json or log.csv is missing or malformed (the message names the file)."""
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from dmlbench.errors import DmlbenchError
+
 PACKAGED_FILE = "paper_numbers.yaml"
 
 KNOWN_METHODS = frozenset(
@@ -36,7 +38,7 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-class PaperNumbersError(ValueError):
+class PaperNumbersError(DmlbenchError, ValueError):
     """The paper-numbers file is malformed (the message names the file and the entry)."""
 
 

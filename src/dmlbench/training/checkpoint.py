@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from dmlbench.atomic import atomic_output
+from dmlbench.errors import DmlbenchError
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
@@ -20,15 +21,24 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
         torch.save(obj, tmp)
 
 
-def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Load a checkpoint written by this project, tensors and plain Python types only."""
+class CheckpointError(DmlbenchError, ValueError):
+    """A checkpoint file cannot be read; the message names it and what to do."""
+
+
+def load_checkpoint(path: str | os.PathLike[str], remedy: str = "re-create it with `dmlbench train`") -> dict[str, Any]:
+    """Load a checkpoint written by this project, tensors and plain Python types only.
+
+    Args:
+        remedy: what the error message tells the user to do with an unreadable file.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found; run `dmlbench train` for this run first")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt or foreign files
-        raise ValueError(f"{path}: not a readable dmlbench checkpoint ({type(err).__name__}: {err})") from err
+        raise CheckpointError(
+            f"{path}: not a readable dmlbench checkpoint ({type(err).__name__}: {err}); {remedy}") from err
 
 
 def config_digest(run: Mapping[str, Any]) -> str:

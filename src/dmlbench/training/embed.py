@@ -11,7 +11,7 @@ import numpy as np
 from dmlbench.atomic import atomic_output
 from dmlbench.config import ConfigError, training_differences
 from dmlbench.methods import build_recipe
-from dmlbench.training.checkpoint import load_checkpoint
+from dmlbench.training.checkpoint import CheckpointError, load_checkpoint
 from dmlbench.training.data import load_run_data
 from dmlbench.training.model_stats import count_parameters, forward_gflops
 from dmlbench.training.trainer import place_model, resolve_device
@@ -49,6 +49,10 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     ``num_parameters``, ``gflops`` (per test image) and the recipe's training summary.
     """
     checkpoint = load_checkpoint(checkpoint_path)
+    missing = [key for key in ("run", "model") if key not in checkpoint]
+    if missing:
+        raise CheckpointError(f"{checkpoint_path}: no {' or '.join(missing)} entry: not a checkpoint written by "
+                              f"`dmlbench train`; train the run again to re-create it")
     trained = checkpoint["run"]
     run = trained if run is None else run
     differences = reuse_differences(trained, run)
@@ -58,7 +62,12 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
                           f"train {run['method']} itself")
     recipe = build_recipe(run)
     model = recipe.build_model()
-    model.load_state_dict(checkpoint["model"])
+    try:
+        model.load_state_dict(checkpoint["model"])
+    except RuntimeError as err:
+        raise CheckpointError(f"{checkpoint_path}: its weights do not fit {run['method']}'s model (the code or the "
+                              f"configuration changed since it was trained?): {str(err)[:500]}. Train the run "
+                              f"again to re-create it") from err
     device = resolve_device(run["training"]["device"])
     model = place_model(model, run["training"], device)
     data = load_run_data(run, manifest_path)

@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from dmlbench.atomic import write_text_atomic
+from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation import recall_at_k
 from dmlbench.methods import Recipe, TrainContext, build_recipe
 from dmlbench.training.checkpoint import atomic_torch_save, config_digest, load_checkpoint
@@ -42,8 +43,21 @@ from dmlbench.training.seeding import derive_seed, seed_everything
 LOG_COLUMNS = ("epoch", "loss", "val_R@1", "test_R@1", "lr", "seconds", "images_per_s")
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(DmlbenchError, RuntimeError):
     """The training loss became NaN or infinite."""
+
+
+class NonFiniteWeightsError(DmlbenchError, RuntimeError):
+    """A parameter or buffer (e.g. a BatchNorm running variance) became NaN or infinite: the run diverged."""
+
+
+def non_finite_tensors(*modules: nn.Module) -> list[str]:
+    """Names of the parameters and buffers of ``modules`` that hold a NaN or an infinity."""
+    return [
+        name for module in modules
+        for name, tensor in (*module.named_parameters(), *module.named_buffers())
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all()
+    ]
 
 
 @dataclass
@@ -87,8 +101,9 @@ def _write_log(rows: list[dict[str, float]], path: Path) -> None:
     write_text_atomic(path, pd.DataFrame(rows, columns=columns).to_csv(index=False, lineterminator="\n"))
 
 
-def _recall1(recipe: Recipe, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
-             device: torch.device) -> float:
+def recall_at_1(recipe: Recipe, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
+                device: torch.device) -> float:
+    """R@1 of the recipe's test-time embedding of ``dataset`` (query/gallery when ``split`` has them)."""
     embeddings = recipe.embed(model, dataset, batch_size, device)
     query_gallery = split if split is not None and "query" in set(split) else None
     return recall_at_k(embeddings, dataset.labels, [1], split=query_gallery)[1]
@@ -149,7 +164,8 @@ class Trainer:
         """Continue from the scratch checkpoint when it belongs to this exact configuration."""
         if not self.scratch.is_file():
             return False
-        state = load_checkpoint(self.scratch)
+        state = load_checkpoint(self.scratch, remedy="it is this run's resume checkpoint (a write cut short?): "
+                                                      "delete it to train the run from its first epoch")
         if state.get("digest") != self.digest:
             tqdm.write(f"[dmlbench] {self.scratch}: left by a different configuration; starting afresh")
             return False
@@ -202,11 +218,23 @@ class Trainer:
         self.scheduler.step()
         return total / max(seen, 1), seen
 
+    def _check_finite(self, epoch: int) -> None:
+        """Stop before anything of a diverged epoch is saved: a finite loss (an L2-normalised one stays
+        finite) does not show that the weights and BatchNorm statistics are."""
+        bad = non_finite_tensors(self.model, self.loss)
+        if bad:
+            listed = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            raise NonFiniteWeightsError(
+                f"{self.run['dataset']}/{self.run['method']}/seed{self.run['seed']}: the run diverged in epoch "
+                f"{epoch}: {listed} hold NaN or inf (nothing of this epoch was saved). Lower "
+                f"training.optimizer.lr (now {self.training['optimizer']['lr']}) or the method's lr multipliers."
+            )
+
     def _train_recall1(self, batch: int) -> float:
         """R@1 on the training images with the test transform (``training.log_train_recall``), for
         train-vs-test curves; the training rows are the same every epoch."""
         clean = self.data.train.with_transform(self.data.test.transform)
-        return _recall1(self.recipe, self.model, clean, None, batch, self.device)
+        return recall_at_1(self.recipe, self.model, clean, None, batch, self.device)
 
     def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:
         return {"val": val_r1, "test": test_r1, "last": float(epoch)}[self.selection]
@@ -226,9 +254,10 @@ class Trainer:
             started = time.perf_counter()
             mean_loss, seen = self._train_epoch(epoch)
             seconds = time.perf_counter() - started
-            val_r1 = (_recall1(self.recipe, self.model, self.data.val, None, batch, self.device)
+            self._check_finite(epoch)
+            val_r1 = (recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device)
                       if self.data.val else math.nan)
-            test_r1 = (_recall1(self.recipe, self.model, self.data.test, self.data.test_split, batch, self.device)
+            test_r1 = (recall_at_1(self.recipe, self.model, self.data.test, self.data.test_split, batch, self.device)
                        if self.selection == "test" or self.training.get("log_test_recall") else math.nan)
             row = {"epoch": epoch, "loss": mean_loss, "val_R@1": val_r1, "test_R@1": test_r1,
                    "lr": lr, "seconds": seconds, "images_per_s": seen / seconds}

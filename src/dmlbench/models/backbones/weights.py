@@ -41,6 +41,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dmlbench.errors import DmlbenchError
+
 #: torch hub's file naming: ``<name>-<first hex digits of the sha256>.<ext>``.
 _HUB_HASH = re.compile(r"-([0-9a-f]{8,})\.[A-Za-z]+$")
 _SHA256 = re.compile(r"[0-9a-f]{8,64}")
@@ -51,7 +53,7 @@ PRETRAINED_DIR = Path("data/pretrained")
 PRETRAINING_SOURCES = ("synthetic",)
 
 
-class PretrainedWeightsError(RuntimeError):
+class PretrainedWeightsError(DmlbenchError, RuntimeError):
     """Requested weights are missing, corrupt, mis-checksummed or of the wrong key layout."""
 
 
