@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import re
 import shlex
 import subprocess
 import sys
@@ -27,8 +28,9 @@ from dmlbench.cli import main
 from dmlbench.config import ConfigError, load_config
 from dmlbench.data import cub200
 from dmlbench.data.download import Archive, DownloadError, extract_archives
-from dmlbench.data.images import load_rgb
+from dmlbench.data.images import ImageCheckError, load_rgb, unreadable_images
 from dmlbench.data.manifest import ManifestError, read_manifest
+from dmlbench.data.official import DatasetConfigError
 from dmlbench.data.registry import PREPARER_MODULES
 from dmlbench.errors import DmlbenchError
 from dmlbench.methods.validation import check_planned_methods
@@ -309,3 +311,20 @@ def test_broken_cub_list_files_name_the_file_row_and_fix(tmp_path: Path, name: s
     with pytest.raises(ManifestError, match=message):
         cub200.prepare(config, out)
     assert not (out / "manifest.csv").exists()
+
+
+def test_a_jpeg_cut_short_behind_a_valid_header_is_found_by_prepare(tmp_path: Path):
+    """CUB's default (`verify_images: decode`) decodes every image in prepare; the header check alone
+    passes such a file, which used to fail only at embed time, after training."""
+    fake = make_cub(tmp_path / "raw")
+    victim = next(iter(fake.images))
+    path = fake.root / victim
+    noise = np.random.default_rng(0).integers(0, 256, size=(192, 256, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(path, quality=95)
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    assert unreadable_images([path]) == []
+    with pytest.raises(ImageCheckError, match=rf"verify_images: decode(?s:.*){re.escape(str(path))}"):
+        cub200.prepare(fake.config("cub200"), tmp_path / "out")
+    assert not (tmp_path / "out" / "manifest.csv").exists()
+    with pytest.raises(DatasetConfigError, match="`verify_images` must be false, true .* or 'decode'"):
+        cub200.prepare(fake.config("cub200", verify_images="full"), tmp_path / "out")

@@ -81,6 +81,19 @@ def unreadable_images(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[str
     return failures
 
 
+def undecodable_images(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[str, str]]:
+    """Decode every image fully (:func:`load_rgb`) and return ``(path, reason)`` for those that fail:
+    besides what :func:`unreadable_images` finds, files whose pixel data are cut short or damaged
+    behind a valid header (~1 ms per image of CUB's size)."""
+    failures = []
+    for path in paths:
+        try:
+            load_rgb(path)
+        except IMAGE_ERRORS as err:
+            failures.append((str(path), f"{type(err).__name__}: {err}"))
+    return failures
+
+
 def missing_files(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[str, str]]:
     """``(path, "missing")`` for every path that is not an existing file (a cheap stat each)."""
     return [(str(p), "missing") for p in paths if not os.path.isfile(p)]
