@@ -27,6 +27,7 @@ from dmlbench.atomic import atomic_output
 from dmlbench.cli import main
 from dmlbench.config import ConfigError, load_config
 from dmlbench.data import cub200
+from dmlbench.data.archives import DamagedArchiveError, extract_archive
 from dmlbench.data.download import Archive, DownloadError, extract_archives
 from dmlbench.data.images import ImageCheckError, load_rgb, unreadable_images
 from dmlbench.data.manifest import ManifestError, read_manifest
@@ -328,3 +329,25 @@ def test_a_jpeg_cut_short_behind_a_valid_header_is_found_by_prepare(tmp_path: Pa
     assert not (tmp_path / "out" / "manifest.csv").exists()
     with pytest.raises(DatasetConfigError, match="`verify_images` must be false, true .* or 'decode'"):
         cub200.prepare(fake.config("cub200", verify_images="full"), tmp_path / "out")
+
+
+@pytest.mark.parametrize(("name", "content"), [
+    ("data.tgz", b"plain text, not gzip"),
+    ("data.tgz", None),  # a real .tgz cut in half
+    ("data.zip", b"PK\x03\x04 not a zip"),
+])
+def test_a_damaged_archive_names_the_file_and_extracts_nothing(tmp_path: Path, name: str, content: bytes | None):
+    if content is None:
+        blob = io.BytesIO()
+        with tarfile.open(fileobj=blob, mode="w:gz") as archive:
+            data = np.random.default_rng(0).bytes(50_000)
+            info = tarfile.TarInfo("Data/blob.bin")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        content = blob.getvalue()[: len(blob.getvalue()) // 2]
+    path = tmp_path / name
+    path.write_bytes(content)
+    out = tmp_path / "out"
+    with pytest.raises(DamagedArchiveError, match=rf"(?s){re.escape(str(path))}: not a readable .* fetch it again"):
+        extract_archive(path, out)
+    assert not out.exists() or not list(out.iterdir())

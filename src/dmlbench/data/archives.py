@@ -12,11 +12,15 @@ under its final name.
 
 from __future__ import annotations
 
+import lzma
 import os
 import re
 import shutil
 import tarfile
 import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from dmlbench.errors import DmlbenchError
@@ -61,9 +65,39 @@ def _check_tar_member(member: tarfile.TarInfo) -> str | None:
     return None
 
 
+class DamagedArchiveError(DmlbenchError, ValueError):
+    """An archive cannot be read (not the format its name says, truncated, corrupt)."""
+
+
+#: What the tar, gzip/bz2/xz and zip readers raise on a damaged or foreign file.
+READ_ERRORS: tuple[type[BaseException], ...] = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error,
+                                               lzma.LZMAError, OSError)
+
+
+@contextmanager
+def _reading(archive: Path) -> Iterator[None]:
+    """Turn the readers' errors into a :class:`DamagedArchiveError` that names ``archive``."""
+    try:
+        yield
+    except UnsafeArchiveError:
+        raise
+    except READ_ERRORS as err:
+        raise DamagedArchiveError(
+            f"{archive}: not a readable {'zip' if archive.name.lower().endswith('.zip') else 'tar'} archive "
+            f"({type(err).__name__}: {err}); it is truncated or not the file it is named after: delete it "
+            f"and fetch it again"
+        ) from err
+
+
 def check_archive(archive: str | os.PathLike[str]) -> None:
-    """Raise :class:`UnsafeArchiveError` for the first unsafe member of ``archive``."""
+    """Raise :class:`UnsafeArchiveError` for the first unsafe member of ``archive``
+    (:class:`DamagedArchiveError` when it cannot be read)."""
     archive = Path(archive)
+    with _reading(archive):
+        _check_members(archive)
+
+
+def _check_members(archive: Path) -> None:
     if archive.name.lower().endswith(".zip"):
         with zipfile.ZipFile(archive) as zf:
             problems = ((info.filename, _escapes(info.filename)) for info in zf.infolist())
@@ -99,12 +133,13 @@ def extract_archive(archive: str | os.PathLike[str], dest: str | os.PathLike[str
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        if archive.name.lower().endswith(".zip"):
-            with zipfile.ZipFile(archive) as zf:
-                zf.extractall(tmp)
-        else:
-            with tarfile.open(archive, "r:*") as tf:
-                tf.extractall(tmp, filter="data")
+        with _reading(archive):
+            if archive.name.lower().endswith(".zip"):
+                with zipfile.ZipFile(archive) as zf:
+                    zf.extractall(tmp)
+            else:
+                with tarfile.open(archive, "r:*") as tf:
+                    tf.extractall(tmp, filter="data")
         created = []
         for entry in sorted(tmp.iterdir()):
             target = dest / entry.name
