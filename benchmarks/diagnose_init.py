@@ -20,39 +20,38 @@ It is the first check to run when a method lands below its baseline (docs/result
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from dmlbench.config import load_config, resolve_run
-from dmlbench.methods import build_recipe
-from dmlbench.methods.base import TrainContext
 from dmlbench.training.data import load_run_data
-from dmlbench.training.optim import build_optimizer
-from dmlbench.training.seeding import derive_seed, seed_everything
-from dmlbench.training.trainer import place_model, recall_at_1
+from dmlbench.training.trainer import Trainer, recall_at_1
 
 
 def diagnose(run: Mapping[str, Any], manifest: str, batches: int) -> dict[str, float]:
-    """Validation R@1 at init, the recipe's loss terms and each parameter group's gradient norm."""
+    """Validation R@1 at init, the recipe's loss terms and each parameter group's gradient norm.
+
+    The recipe, model, loss and optimiser are the :class:`Trainer`'s own (built exactly as the run
+    builds them); nothing is written.
+    """
     training = run["training"]
     data = load_run_data(run, manifest)
-    device = torch.device("cpu")
-    seed_everything(derive_seed(run["seed"], "init"))
-    recipe = build_recipe(run)
-    model = place_model(recipe.build_model(), training, device)
-    loss = recipe.build_loss(data.num_classes).to(device)
-    optimizer = build_optimizer(training["optimizer"], model, loss)
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer = Trainer(run, data, Path(scratch) / "out", Path(scratch), torch.device("cpu"), progress=False)
+    recipe, model = trainer.recipe, trainer.model
     row: dict[str, float] = {}
     model.eval()
     if data.val is not None:
-        row["val_R@1_at_init"] = recall_at_1(recipe, model, data.val, None, training["eval_batch_size"], device)
-    context = TrainContext(data=data, device=device, eval_batch_size=training["eval_batch_size"])
-    recipe.on_epoch_start(1, model, context)
+        row["val_R@1_at_init"] = recall_at_1(recipe, model, data.val, None, training["eval_batch_size"],
+                                             trainer.device)
+    recipe.on_epoch_start(1, model, trainer.context)
     model.train()
     sampler = recipe.build_sampler(data.train.labels, torch.Generator().manual_seed(run["seed"]))
-    optimizer.zero_grad(set_to_none=True)
+    trainer.optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for step, rows in enumerate(sampler):
         if step == batches:
@@ -60,12 +59,12 @@ def diagnose(run: Mapping[str, Any], manifest: str, batches: int) -> dict[str, f
         items = [data.train[i] for i in rows]
         images = torch.stack([image for image, _, _ in items])
         labels = torch.stack([label for _, label, _ in items])
-        value = recipe.training_loss(model, loss, images, labels, torch.as_tensor(rows))
+        value = recipe.training_loss(model, trainer.loss, images, labels, torch.as_tensor(rows))
         (value / batches).backward()
         total += value.item() / batches
     row["loss"] = total
     row.update({k: v for k, v in recipe.epoch_log().items() if not k.startswith("health/")})
-    for group in optimizer.param_groups:
+    for group in trainer.optimizer.param_groups:
         grads = [p.grad.norm() ** 2 for p in group["params"] if p.grad is not None]
         row[f"grad_norm/{group.get('name', '?')}"] = float(torch.stack(grads).sum().sqrt()) if grads else 0.0
     return row

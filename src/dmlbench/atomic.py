@@ -18,8 +18,13 @@ from pathlib import Path
 FOREIGN_ORPHAN_SECONDS = 24 * 3600
 
 
+def _host() -> str:
+    """This machine's name as it appears in a temporary file's name (no dots)."""
+    return socket.gethostname().replace(".", "_")
+
+
 def _owner_tag() -> str:
-    return f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+    return f"{_host()}-{os.getpid()}"
 
 
 def _running(pid: int) -> bool:
@@ -40,7 +45,7 @@ def sweep_orphans(path: str | os.PathLike[str]) -> list[Path]:
     :data:`FOREIGN_ORPHAN_SECONDS`.
     """
     path = Path(path)
-    host = socket.gethostname().replace(".", "_")
+    host = _host()
     removed = []
     for candidate in path.parent.glob(f".{path.name}.*-*.*.tmp{path.suffix}"):
         owner = candidate.name[len(path.name) + 2:].split(".", 1)[0]

@@ -135,9 +135,13 @@ def _download(url: str, part: Path, timeout: float) -> None:
         raise DownloadError(f"connection closed after {written} of {total} bytes (kept {part.name}; re-run to resume)")
 
 
-def _verify(path: Path, sha256: str | None, md5: str | None, allow_unverified: bool) -> str | None:
-    """None when ``path`` is acceptable, else why not (a mismatch names expected and found)."""
-    found = file_digest(path, "sha256")
+def _verify(path: Path, sha256: str | None, md5: str | None, allow_unverified: bool,
+            found: str | None = None) -> str | None:
+    """None when ``path`` is acceptable, else why not (a mismatch names expected and found).
+
+    ``found``: the file's sha256 when the caller has already computed it (not hashed again).
+    """
+    found = found or file_digest(path, "sha256")
     if sha256 is not None:
         if len(sha256) < 8:
             raise ValueError(f"a pinned sha256 needs at least 8 hex digits, got {sha256!r}")
@@ -375,7 +379,7 @@ def extract_archives(kind: str, raw_dir: str | os.PathLike[str]) -> Path:
             if record is not None and record["sha256"] == sha256:
                 _write_marker(marker, {**record, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
                 continue
-            problem = _verify(path, archive.sha256, archive.md5, allow_unverified=True)
+            problem = _verify(path, archive.sha256, archive.md5, allow_unverified=True, found=sha256)
             if problem:
                 raise DownloadError(
                     f"{path}: {problem}; it is not the archive dmlbench pins, so nothing was extracted. "

@@ -9,7 +9,7 @@ as the string ``"x y w h"``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -62,36 +62,40 @@ def _grey_to_8bit(img: Image.Image) -> Image.Image:
     return Image.fromarray(scaled, mode="L")
 
 
+def _failures(paths: Iterable[str | os.PathLike[str]],
+              check: Callable[[str | os.PathLike[str]], object]) -> list[tuple[str, str]]:
+    """``(path, reason)`` for every path on which ``check`` raises one of :data:`IMAGE_ERRORS`."""
+    failures = []
+    for path in paths:
+        try:
+            check(path)
+        except IMAGE_ERRORS as err:
+            failures.append((str(path), f"{type(err).__name__}: {err}"))
+    return failures
+
+
+def _open_header(path: str | os.PathLike[str]) -> None:
+    with Image.open(path) as img:
+        if img.width <= 0 or img.height <= 0:
+            raise ValueError(f"empty image size {img.size}")
+
+
 def unreadable_images(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[str, str]]:
     """Open the header of every image and return ``(path, reason)`` for those that fail.
 
     Only the header is parsed (format, mode, size), which catches missing,
     empty, truncated-header and non-image files at ~0.1 ms per file; a file
     whose pixel data is damaged behind a valid header is caught later, when
-    :func:`load_rgb` decodes it.
+    :func:`load_rgb` decodes it (or by :func:`undecodable_images`).
     """
-    failures = []
-    for path in paths:
-        try:
-            with Image.open(path) as img:
-                if img.width <= 0 or img.height <= 0:
-                    raise ValueError(f"empty image size {img.size}")
-        except IMAGE_ERRORS as err:
-            failures.append((str(path), f"{type(err).__name__}: {err}"))
-    return failures
+    return _failures(paths, _open_header)
 
 
 def undecodable_images(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[str, str]]:
     """Decode every image fully (:func:`load_rgb`) and return ``(path, reason)`` for those that fail:
     besides what :func:`unreadable_images` finds, files whose pixel data are cut short or damaged
     behind a valid header (~1 ms per image of CUB's size)."""
-    failures = []
-    for path in paths:
-        try:
-            load_rgb(path)
-        except IMAGE_ERRORS as err:
-            failures.append((str(path), f"{type(err).__name__}: {err}"))
-    return failures
+    return _failures(paths, load_rgb)
 
 
 def missing_files(paths: Iterable[str | os.PathLike[str]]) -> list[tuple[str, str]]:

@@ -68,16 +68,17 @@ def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>")
     bad_splits = sorted(set(frame["split"].astype(str)) - set(SPLITS))
     if bad_splits:
         raise ManifestError(f"{source}: unknown split value(s) {bad_splits}; allowed: {list(SPLITS)}")
-    empty = frame["path"].isna().to_numpy() | (frame["path"].astype(str).str.strip() == "").to_numpy()
+    paths = frame["path"].astype(str)
+    empty = frame["path"].isna().to_numpy() | (paths.str.strip() == "").to_numpy()
     if empty.any():
         raise ManifestError(f"{source}: empty 'path' on line(s) {_file_lines(np.flatnonzero(empty))} "
                             f"(of {empty.sum()}); every row names one image file")
-    repeated = frame["path"].astype(str).duplicated(keep=False).to_numpy()
+    repeated = paths.duplicated(keep=False).to_numpy()
     if repeated.any():
-        first = frame["path"].astype(str)[repeated].iloc[0]
+        first = paths[repeated].iloc[0]
         raise ManifestError(
-            f"{source}: {frame['path'].astype(str)[repeated].nunique()} image path(s) appear more than once, "
-            f"e.g. {first!r} on lines {_file_lines(np.flatnonzero(frame['path'].astype(str) == first))}; "
+            f"{source}: {paths[repeated].nunique()} image path(s) appear more than once, "
+            f"e.g. {first!r} on lines {_file_lines(np.flatnonzero(paths == first))}; "
             f"each image belongs to one row (a repeated test image would count as its own nearest neighbour). "
             f"Remove the repeated rows or re-run `dmlbench prepare <dataset>`."
         )

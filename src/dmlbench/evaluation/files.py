@@ -17,6 +17,10 @@ from dmlbench.evaluation.evaluate import evaluate_embeddings
 REQUIRED_KEYS = ("embeddings", "labels")
 
 
+#: What numpy raises on a damaged, truncated or foreign .npz file.
+NPZ_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, zipfile.BadZipFile, EOFError)
+
+
 class EmbeddingsFileError(DmlbenchError, ValueError):
     """An embeddings file cannot be read or lacks its keys; the message names the file."""
 OPTIONAL_KEYS = ("split", "learner_slices", "view_names", "view_slices", "stat_names", "stat_values")
@@ -40,7 +44,7 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"{path}: embeddings file not found")
     try:
         archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as err:
+    except NPZ_READ_ERRORS as err:
         raise EmbeddingsFileError(f"{path}: not a readable .npz archive ({err}); re-create it with `dmlbench embed` "
                                   f"(or numpy.savez with the keys {REQUIRED_KEYS})") from err
     if not isinstance(archive, np.lib.npyio.NpzFile):
@@ -59,7 +63,7 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
         for key in sorted(keys):
             try:
                 arrays[key] = archive[key]
-            except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
+            except NPZ_READ_ERRORS as err:
                 raise EmbeddingsFileError(f"{path}: cannot read key {key!r} ({err}); re-create the file") from err
     return arrays
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from dmlbench.config import ConfigError, resolve_run
 from dmlbench.methods import build_recipe
-from dmlbench.models.backbones import BACKBONES
+from dmlbench.models.backbones import check_backbone_name
 
 #: Classes of the stand-in training set a proxy loss is built for (its size does not matter here).
 CHECK_CLASSES = 2
@@ -62,9 +62,7 @@ def check_planned_methods(config: Mapping[str, Any], source: str = "params") -> 
     for dataset, method in planned_pairs(config):
         try:
             run = resolve_run(config, dataset, method, 0)
-            backbone = run["training"]["backbone"].get("name")
-            if backbone not in BACKBONES:
-                raise KeyError(f"training.backbone.name = {backbone!r} is unknown; known: {sorted(BACKBONES)}")
+            check_backbone_name(run["training"]["backbone"].get("name"))
             recipe = build_recipe(run)
             if "loss" in run["method_config"]:
                 recipe.build_loss(CHECK_CLASSES)

@@ -28,6 +28,12 @@ BACKBONES: dict[str, Callable[..., StagedBackbone]] = {
 MODEL_KEYS = ("name", "freeze_bn", "frozen_through")
 
 
+def check_backbone_name(name: Any) -> None:
+    """KeyError naming ``training.backbone.name`` and the known names unless ``name`` is registered."""
+    if name not in BACKBONES:
+        raise KeyError(f"training.backbone.name = {name!r} is unknown; known: {sorted(BACKBONES)}")
+
+
 def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     """Build the backbone named by ``config['name']`` with the other keys as arguments.
 
@@ -38,8 +44,7 @@ def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     that switches backbones can unset the previous backbone's options (e.g. ``width: null``).
     """
     name = config.get("name")
-    if name not in BACKBONES:
-        raise KeyError(f"training.backbone.name = {name!r} is unknown; known: {sorted(BACKBONES)}")
+    check_backbone_name(name)
     kwargs = {k: v for k, v in config.items() if k not in MODEL_KEYS and v is not None}
     try:
         backbone = BACKBONES[name](**kwargs)
@@ -54,4 +59,4 @@ def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     return backbone
 
 
-__all__ = ["BACKBONES", "StagedBackbone", "build_backbone", "freeze_batchnorm"]
+__all__ = ["BACKBONES", "StagedBackbone", "build_backbone", "check_backbone_name", "freeze_batchnorm"]
