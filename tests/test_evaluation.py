@@ -9,8 +9,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dmlbench.evaluation import KMeansSettings, evaluate_embeddings, evaluate_file, recall_at_k
-from dmlbench.evaluation import retrieval
+from dmlbench.evaluation import (
+    KMeansSettings,
+    evaluate_embeddings,
+    evaluate_file,
+    evaluate_views,
+    recall_at_k,
+    retrieval,
+)
 from dmlbench.evaluation.knn import faiss_threads, make_index, search
 
 FAST_KMEANS = KMeansSettings(seed=0, niter=10, nredo=1)
@@ -317,3 +323,45 @@ def test_evaluate_file_key_errors_name_file_and_key(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"bad\.npz: split values"):
         evaluate_file(bad, tmp_path / "out.json", [1])
     assert not (tmp_path / "out.json").exists()
+
+
+# ------------------------------------------------------------------ per-query results
+
+
+@pytest.mark.parametrize("ks", [[1], [1, 2, 3, 5]])
+def test_per_query_file_hand_computed(tmp_path, ks) -> None:
+    """SEVEN_POINTS (table above): first-hit ranks 1, 1, 5, 2, 1, 3 for rows 0-5 (row 6 is lone). With ks = [1]
+    only R = 3 neighbours are searched, so row 2's rank 5 comes from the exhaustive count."""
+    npz = tmp_path / "e.npz"
+    np.savez(npz, embeddings=SEVEN_POINTS, labels=SEVEN_LABELS)
+    metrics = evaluate_file(npz, tmp_path / "m.json", ks, kmeans=FAST_KMEANS, per_query_path=tmp_path / "pq.npz")
+    with np.load(tmp_path / "pq.npz") as saved:
+        per_query = dict(saved)
+    assert per_query["row"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert per_query["label"].tolist() == [0, 0, 1, 0, 0, 1]
+    assert per_query["num_relevant"].tolist() == [3, 3, 1, 3, 3, 1]
+    assert per_query["first_hit_rank"].tolist() == [1, 1, 5, 2, 1, 3]
+    ap = [Fraction(5, 9), Fraction(5, 9), 0, Fraction(7, 18), Fraction(5, 9), 0]
+    assert per_query["ap_at_r"] == pytest.approx([float(a) for a in ap], abs=1e-15)
+    assert per_query["r_precision"] == pytest.approx([2 / 3, 2 / 3, 0, 2 / 3, 2 / 3, 0], abs=1e-15)
+    for k in ks:
+        assert np.mean(per_query["first_hit_rank"] <= k) == metrics[f"R@{k}"]
+    assert per_query["ap_at_r"].mean() == metrics["MAP@R"] and per_query["r_precision"].mean() == metrics["RP"]
+
+
+def test_per_query_ranks_beyond_the_search_in_both_protocols() -> None:
+    """SIX_POINTS with K = 1 (every first hit lies beyond rank 1): ranks 2, 4, 3, 5, 4, 2 by the exhaustive
+    count. Query/gallery (QG_*, gallery rows 1 and 3): query 0 → 1 (B, miss), 3 (A); 2 → 1 (miss), 3; 4 → 1 (B)."""
+    six = evaluate_views(SIX_POINTS, SIX_LABELS, [1], kmeans=FAST_KMEANS).per_query
+    assert six["first_hit_rank"].tolist() == [2, 4, 3, 5, 4, 2]
+    split = evaluate_views(QG_POINTS, QG_LABELS, [1], split=QG_SPLIT, kmeans=FAST_KMEANS).per_query
+    assert (split["row"].tolist(), split["first_hit_rank"].tolist()) == ([0, 2, 4], [2, 2, 1])
+
+
+def test_per_query_arrays_of_each_learner() -> None:
+    x, labels = clustered(num_classes=5, per_class=4, dim=6, seed=3)
+    evaluation = evaluate_views(x, labels, [1, 2], learner_slices=np.array([[0, 3], [3, 6]]), kmeans=FAST_KMEANS)
+    for prefix in ("", "learner0/", "learner1/"):
+        ranks = evaluation.per_query[f"{prefix}first_hit_rank"]
+        assert np.mean(ranks <= 2) == evaluation.metrics[f"{prefix}R@2"]
+        assert evaluation.per_query[f"{prefix}ap_at_r"].mean() == evaluation.metrics[f"{prefix}MAP@R"]

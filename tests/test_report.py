@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -27,6 +28,7 @@ from dmlbench.report import (
     plot_recall_at_k,
     plot_training_curves,
     render_comparison_table,
+    summarise,
     write_table,
 )
 from dmlbench.report.plots import DPI, LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH
@@ -43,11 +45,28 @@ SETTINGS = {
 }
 
 
+QUERIES = 50
+
+
+def per_query_ranks(metrics: dict, queries: int = QUERIES) -> np.ndarray:
+    """(Q,) first-hit ranks whose R@K fractions are those in ``metrics`` (each × Q an integer): the first
+    R@K1 · Q queries at rank K1, the next (R@K2 − R@K1) · Q at rank K2, ..., the rest beyond the largest K."""
+    ks = sorted(int(key[2:]) for key in metrics if key.startswith("R@"))
+    ranks = np.full(queries, (ks[-1] if ks else 1) + 1)
+    done = 0
+    for k in ks:
+        hits = round(metrics[f"R@{k}"] * queries)
+        ranks[done:hits] = k
+        done = hits
+    return ranks
+
+
 def make_run(root: Path, dataset: str, method: str, seed: int, metrics: dict, epochs: int = 3) -> RunDir:
-    """A run directory with metrics.json and a small log.csv."""
+    """A run directory with metrics.json, a per_query.npz that agrees with it, and a small log.csv."""
     path = root / dataset / method / f"seed{seed}"
     path.mkdir(parents=True)
-    (path / "metrics.json").write_text(json.dumps({**metrics, "kmeans_seed": seed, "num_queries": 10}))
+    (path / "metrics.json").write_text(json.dumps({**metrics, "kmeans_seed": seed, "num_queries": QUERIES}))
+    np.savez(path / "per_query.npz", row=np.arange(QUERIES), first_hit_rank=per_query_ranks(metrics))
     rows = ["epoch,loss,val_R@1,lr,seconds,images_per_s"]
     rows += [f"{e},{1.0 / e + 0.01 * seed},{0.1 * e + 0.01 * seed},0.01,2.0,50" for e in range(1, epochs + 1)]
     (path / "log.csv").write_text("\n".join(rows) + "\n")
@@ -154,35 +173,33 @@ def test_malformed_log_names_the_file(tmp_path: Path, content: str, message: str
 # ------------------------------------------------------------------- table
 
 
-def test_table_cells_are_mean_and_sample_std(two_by_two: list[RunDir]) -> None:
-    tex = render_comparison_table(
-        collect_runs(two_by_two), spec_for(["synthetic"], ["a", "b"], ["R@1", "R@2", "NMI"]), "c", "tab:x"
-    )
-    # a: R@1 (0.60, 0.62) -> 61.0 +- 1.4 (ddof=1: sqrt(2 * 0.01^2) = 1.41); R@2 (0.7, 0.8) -> 75.0 +- 7.1
-    # b: R@1 (0.50, 0.54) -> 52.0 +- 2.8; R@2 (0.9, 0.9) -> 90.0 +- 0.0; NMI equal for both -> tie.
-    assert table_row(tex, "a") == [
-        r"\textbf{61.0 $\pm$ 1.4}",
-        r"75.0 $\pm$ 7.1",
-        r"\textbf{70.0 $\pm$ 0.0}",
-    ]
-    assert table_row(tex, "b") == [
-        r"52.0 $\pm$ 2.8",
-        r"\textbf{90.0 $\pm$ 0.0}",
-        r"\textbf{70.0 $\pm$ 0.0}",
-    ]
+def render(runs: list[RunDir], spec: TableSpec, caption: str = "c", label: str = "t", **kwargs) -> str:
+    """The LaTeX table of ``runs``."""
+    return render_comparison_table(summarise(collect_runs(runs), runs, spec), spec, caption, label, **kwargs)
+
+
+def test_table_cells_are_mean_and_confidence_interval(two_by_two: list[RunDir]) -> None:
+    tex = render(two_by_two, spec_for(["synthetic"], ["a", "b", "c"], ["R@1", "R@2", "NMI"]), label="tab:x")
+    # means over seeds: a R@1 (0.60, 0.62) -> 61.0, R@2 (0.7, 0.8) -> 75.0; b 52.0, 90.0. a's hits are a
+    # superset of b's at R@1 (and b's of a's at R@2), so the worse row is significantly worse; NMI ties.
+    a, b = table_row(tex, "a"), table_row(tex, "b")
+    assert [cell.split(" $\\pm$ ")[0] for cell in a] == [r"\textbf{61.0", "75.0", r"\textbf{70.0"]
+    assert [cell.split(" $\\pm$ ")[0] for cell in b] == ["52.0", r"\textbf{90.0", r"\textbf{70.0"]
+    assert a[2] == b[2] == r"\textbf{70.0 $\pm$ 0.0}"  # the same NMI in every seed: no spread
+    assert table_row(tex, "c") == ["--", "--", "--"]
     for rule in (r"\toprule", r"\midrule", r"\bottomrule", r"\cmidrule(lr){2-4}", r"\multicolumn{3}{c}{synthetic}"):
         assert rule in tex
     assert r"\label{tab:x}" in tex and r"\begin{table}" in tex
 
 
-def test_one_seed_shows_mean_only_and_ties_use_displayed_value(tmp_path: Path) -> None:
-    runs = [
-        make_run(tmp_path, "synthetic", "a", 0, {"R@1": 0.61004}),
-        make_run(tmp_path, "synthetic", "b", 0, {"R@1": 0.60996}),
-    ]
-    tex = render_comparison_table(collect_runs(runs), spec_for(["synthetic"], ["a", "b"], ["R@1"]), "c", "t")
-    assert table_row(tex, "a") == [r"\textbf{61.0}"]
-    assert table_row(tex, "b") == [r"\textbf{61.0}"]
+def test_one_seed_per_run_numbers_show_the_mean_only(tmp_path: Path) -> None:
+    """NMI has no per-query values: with one seed there is no interval, and any difference counts."""
+    runs = [make_run(tmp_path, "synthetic", m, 0, {"R@1": 0.6, "NMI": nmi}) for m, nmi in (("a", 0.61), ("b", 0.60))]
+    tex = render(runs, spec_for(["synthetic"], ["a", "b"], ["R@1", "NMI"]))
+    assert table_row(tex, "a")[1] == r"\textbf{61.0}" and table_row(tex, "b")[1] == "60.0"
+    # R@1 of one seed: an interval over the 50 queries; identical hits: both bold
+    assert table_row(tex, "a")[0] == table_row(tex, "b")[0] != r"\textbf{60.0}"
+    assert table_row(tex, "a")[0].startswith(r"\textbf{60.0 $\pm$ ")
 
 
 def test_missing_cells_render_as_dashes(tmp_path: Path) -> None:
@@ -192,9 +209,10 @@ def test_missing_cells_render_as_dashes(tmp_path: Path) -> None:
         make_run(tmp_path, "other", "b", 0, {"R@1": 0.2}),
     ]
     spec = spec_for(["synthetic", "other"], ["a", "b"], ["R@1", "NMI"])
-    tex = render_comparison_table(collect_runs(runs), spec, "c", "t")
-    assert table_row(tex, "a") == [r"\textbf{50.0}", r"\textbf{40.0}", r"\textbf{30.0}", "--"]
-    assert table_row(tex, "b") == ["--", "--", "20.0", "--"]
+    tex = render(runs, spec)
+    shown = [cell.split(" $\\pm$ ")[0] for cell in table_row(tex, "a")]
+    assert shown == [r"\textbf{50.0", r"\textbf{40.0}", r"\textbf{30.0", "--"]
+    assert [cell.split(" $\\pm$ ")[0] for cell in table_row(tex, "b")] == ["--", "--", "20.0", "--"]
 
 
 def test_labels_are_escaped(two_by_two: list[RunDir]) -> None:
@@ -205,7 +223,7 @@ def test_labels_are_escaped(two_by_two: list[RunDir]) -> None:
         method_labels={"a": "my_method & 5% #1", "b": "b"},
         dataset_labels={"synthetic": "Synth_set"},
     )
-    tex = render_comparison_table(collect_runs(two_by_two), spec, "c", "t")
+    tex = render(two_by_two, spec)
     assert table_row(tex, r"my\_method \& 5\% \#1")
     assert r"\multicolumn{1}{c}{Synth\_set}" in tex
     assert escape_latex(r"a\b{c}~^$<>") == (
@@ -226,18 +244,20 @@ def test_write_table_is_atomic_and_replaces(tmp_path: Path) -> None:
 
 def test_no_reference_rows_for_synthetic_only_table(two_by_two: list[RunDir]) -> None:
     spec = spec_for(["synthetic"], ["a", "margin"], ["R@1"])
-    tex = render_comparison_table(collect_runs(two_by_two), spec, "c", "t", references=load_paper_numbers())
+    tex = render(two_by_two, spec, references=load_paper_numbers())
     assert "paper:" not in tex
     assert tex.count(r"\midrule") == 1
 
 
 def test_reference_rows_only_for_shown_datasets_and_never_bold(tmp_path: Path) -> None:
-    runs = [make_run(tmp_path, "cub200", "margin", s, {"R@1": 0.10 + 0.01 * s, "NMI": 0.2}) for s in (0, 1)]
+    runs = [make_run(tmp_path, "cub200", "margin", s, {"R@1": 0.10 + 0.02 * s, "NMI": 0.2}) for s in (0, 1)]
     spec = spec_for(["synthetic", "cub200"], ["margin"], ["R@1", "NMI"], method_labels={"margin": "Margin"})
-    tex = render_comparison_table(collect_runs(runs), spec, "c", "t", references=load_paper_numbers())
+    tex = render(runs, spec, references=load_paper_numbers())
     reference = table_row(tex, r"Margin (paper: D\&C Tab. 3; ResNet-50, d=128)")
     assert reference == ["--", "--", "63.6", "69.0"]  # synthetic: none; CUB from D&C Table 3, not bold
-    assert table_row(tex, "Margin") == ["--", "--", r"\textbf{10.5 $\pm$ 0.7}", r"\textbf{20.0 $\pm$ 0.0}"]
+    margin = table_row(tex, "Margin")
+    assert margin[:2] == ["--", "--"] and margin[2].startswith(r"\textbf{11.0 $\pm$ ")
+    assert margin[3] == r"\textbf{20.0 $\pm$ 0.0}"
     assert tex.count(r"\midrule") == 2
     assert "Lower block" in tex  # the caption explains the reference rows
 
@@ -275,6 +295,12 @@ def test_caption_lists_differing_settings_and_flags_mixed_protocols() -> None:
     assert "embedding size 512;" in text  # agreeing settings stay single
 
 
+def test_caption_states_a_setting_most_rows_share_once() -> None:
+    rows = {name: SETTINGS for name in ("Triplet", "Margin", "D&C")}
+    merged = merge_settings({**rows, "DeML": {**SETTINGS, "embedding_dim": 64}})
+    assert r"embedding size 512 (DeML: 64);" in caption_text(merged)
+
+
 def test_caption_rejects_missing_or_unknown_settings() -> None:
     with pytest.raises(ValueError, match="missing key"):
         caption_text({k: v for k, v in SETTINGS.items() if k != "epochs"})
@@ -291,14 +317,14 @@ def test_caption_rejects_missing_or_unknown_settings() -> None:
 def test_table_compiles_with_pdflatex(tmp_path: Path) -> None:
     datasets = ["synthetic", "cub200", "sop"]
     runs = [
-        make_run(tmp_path / "runs", d, m, s, {"R@1": 0.5 + 0.01 * s, "R@2": 0.6, "NMI": 0.4})
+        make_run(tmp_path / "runs", d, m, s, {"R@1": 0.5 + 0.02 * s, "R@2": 0.6, "NMI": 0.4})
         for d in datasets
         for m in ("margin", "mpn")
         for s in (0, 1)
     ]
     spec = spec_for(datasets, ["margin", "mpn", "odd"], ["R@1", "R@2", "NMI"], method_labels={"odd": "x_y & 5% #2"})
     caption = caption_text({**SETTINGS, "backbone": "resnet_50 & co", "datasets": datasets})
-    tex = render_comparison_table(collect_runs(runs), spec, caption, "tab:main", references=load_paper_numbers())
+    tex = render(runs, spec, caption, "tab:main", references=load_paper_numbers())
     assert r"\begin{table*}" in tex  # 9 value columns: wide
     write_table(tmp_path / "table.tex", tex)
     (tmp_path / "doc.tex").write_text(
@@ -438,7 +464,8 @@ def test_build_report_writes_table_and_plots(tmp_path: Path, two_by_two: list[Ru
     )
     tex = (out / "table1.tex").read_text()
     assert "Clean protocol" in tex and "paper:" not in tex
-    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "recall.png", "table1.tex"]
+    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "recall.png", "table1.csv", "table1.html",
+                                                     "table1.md", "table1.tex"]
 
 
 def test_build_report_rejects_seeds_that_contradict_the_caption(tmp_path: Path, two_by_two: list[RunDir]) -> None:
@@ -474,7 +501,7 @@ def test_a_run_whose_mechanism_did_not_engage_marks_every_cell_of_its_method(tmp
     out = tmp_path / "out"
     dead = build_report(runs, spec, SETTINGS, table_path=out / "t.tex", curves_png=out / "c.png",
                         recall_png=out / "r.png", label="t",
-                        health_checks={("synthetic", "a"): [check], ("synthetic", "b"): [check]})
+                        health_checks={("synthetic", "a"): [check], ("synthetic", "b"): [check]}).dead
     tex = (out / "t.tex").read_text()
     assert dead == {("synthetic", "a"): ["seed 1: health/entropy_ratio <= 0.95 (got 0.999): attention stays uniform"]}
     assert all(cell.endswith("\\textsuperscript{\\dag}") for cell in table_row(tex, "a"))

@@ -5,22 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 SCRIPT = REPO / "workflow" / "scripts" / "make_dvc_yaml.py"
-CODE_DEPS = {"src/dmlbench", "Snakefile", "workflow/rules"}
+REPORT_CODE = "src/dmlbench/report"
 
 DUMP_JOBS = f"""
 import json, sys
 sys.path.insert(0, {str(SCRIPT.parent)!r})
 import make_dvc_yaml as m
 jobs = m.snakemake_jobs(m.default_targets())
-print(json.dumps([dict(rule=j.rule, name=j.stage_name, inputs=j.inputs, outputs=j.outputs, logs=j.logs,
-                       params=j.params) for j in jobs]))
+names = m.stage_names(jobs)
+print(json.dumps([dict(rule=j.rule, name=names[j], command=j.spec.command, inputs=j.spec.inputs,
+                       outputs=j.spec.outputs, logs=j.spec.logs, params=j.spec.params,
+                       code=m.code_deps(m.subcommand(j.spec.command))) for j in jobs]))
 """
 
 
@@ -32,15 +32,21 @@ def snakemake_jobs() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def dvc_stages() -> dict[str, dict]:
+    """Every stage of dvc.yaml as DVC reads it (foreach groups expanded)."""
     from dvc.repo import Repo
 
     repo = Repo(str(REPO))
     stages = {}
     for stage in repo.index.stages:
+        outs = {str(o.def_path): o for o in stage.outs}
         stages[stage.name] = {
-            "deps": {str(d.def_path) for d in stage.deps if not hasattr(d, "params")} - CODE_DEPS,
+            "cmd": stage.cmd,
+            "deps": {str(d.def_path) for d in stage.deps if not hasattr(d, "params")},
             "params": {key for d in stage.deps if hasattr(d, "params") for key in d.params},
-            "outs": {str(o.def_path) for o in stage.outs},
+            "outs": set(outs),
+            "metrics": {path for path, o in outs.items() if o.metric},
+            "plots": {path: o.plot for path, o in outs.items() if o.plot},
+            "uncached": {path for path, o in outs.items() if not o.use_cache},
             "upstream": {s.name for s in repo.index.graph.successors(stage)},
         }
     return stages
@@ -51,13 +57,28 @@ def test_dvc_yaml_is_fresh():
     assert result.returncode == 0, result.stderr
 
 
-def test_one_stage_per_job_with_the_same_inputs_outputs_and_params(snakemake_jobs, dvc_stages):
+def test_one_stage_per_job_with_the_same_command_inputs_outputs_and_params(snakemake_jobs, dvc_stages):
     assert {j["name"] for j in snakemake_jobs} == set(dvc_stages)
     for job in snakemake_jobs:
         stage = dvc_stages[job["name"]]
-        assert stage["deps"] == set(job["inputs"]), job["name"]
+        assert stage["cmd"] == job["command"], job["name"]
+        assert job["command"].split(" && ", 1)[1].startswith("dmlbench "), job["name"]  # the CLI, not Snakemake
+        assert stage["deps"] == set(job["inputs"]) | set(job["code"]), job["name"]
         assert stage["outs"] == set(job["outputs"]) | set(job["logs"]), job["name"]
+        assert stage["uncached"] == set(job["logs"]), job["name"]
         assert stage["params"] == set(job["params"]), job["name"]
+
+
+def test_dvc_yaml_is_templated_one_foreach_stage_per_rule_and_template(snakemake_jobs):
+    import yaml
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    templated = {name: body for name, body in stages.items() if "foreach" in body}
+    assert {"train", "embed", "evaluate"} <= set(templated)
+    for name in ("train", "embed", "evaluate"):
+        assert "${item.method}" in templated[name]["do"]["cmd"], name
+    assert sum(len(body.get("foreach", [None])) for body in stages.values()) == len(snakemake_jobs)
+    assert len(stages) < len(snakemake_jobs) / 5
 
 
 def test_dependency_edges_agree(snakemake_jobs, dvc_stages):
@@ -65,6 +86,54 @@ def test_dependency_edges_agree(snakemake_jobs, dvc_stages):
     for job in snakemake_jobs:
         upstream = {producer[i] for i in job["inputs"] if i in producer}
         assert dvc_stages[job["name"]]["upstream"] == upstream, job["name"]
+
+
+def test_stages_depend_only_on_the_code_they_import(snakemake_jobs, dvc_stages):
+    """Editing report code reruns only report, figure and claims stages; evaluation does not depend on training."""
+    depends_on_report = {j["rule"] for j in snakemake_jobs if REPORT_CODE in dvc_stages[j["name"]]["deps"]}
+    assert depends_on_report == {j["rule"] for j in snakemake_jobs} & {"report", "figure", "claims"}
+    code = {j["rule"]: set(j["code"]) for j in snakemake_jobs}
+    assert {"src/dmlbench/training", "src/dmlbench/models", "src/dmlbench/losses", "src/dmlbench/methods",
+            "src/dmlbench/data"} <= code["train"]
+    assert "src/dmlbench/evaluation" in code["evaluate"]
+    assert not {"src/dmlbench/training", "src/dmlbench/models", "src/dmlbench/data"} & code["evaluate"]
+    assert all((REPO / path).exists() for paths in code.values() for path in paths)
+
+
+def test_code_deps_follow_imports_and_module_names_in_strings():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import make_dvc_yaml as m
+
+    assert "src/dmlbench/methods" in m.code_deps("train")  # recipes are imported by name (methods.RECIPES)
+    assert "src/dmlbench/report" not in m.code_deps("train")  # config.py's lazy validation imports not followed
+    with pytest.raises(ValueError, match="cmd_nosuch"):
+        m.code_deps("nosuch")
+
+
+def test_templates_give_their_jobs_back():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import make_dvc_yaml as m
+
+    wildcards = {"dataset": "synthetic", "method": "triplet", "seed": "1"}
+    literals = m.wildcard_literals(["results/runs/{dataset}/{method}/seed{seed}/log.csv"], wildcards)
+    path = "results/runs/synthetic/triplet/seed1/log.csv"
+    expected = "results/runs/${item.dataset}/${item.method}/seed${item.seed}/log.csv"
+    assert m.templated(path, wildcards, literals) == expected
+    assert m.templated("methods.triplet_wide.loss", wildcards, literals) == "methods.triplet_wide.loss"
+    spec = m.Spec("cmd --threads 1", (path,), (), (), ("methods.triplet.loss",))
+    template = m.Spec("cmd --threads 1", (m.templated(path, wildcards, literals),), (), (),
+                      (m.templated("methods.triplet.loss", wildcards, literals),))
+    assert m.instantiate(template, wildcards) == spec
+
+
+def test_metrics_are_dvc_metrics_and_training_logs_dvc_plots(snakemake_jobs, dvc_stages):
+    for job in snakemake_jobs:
+        stage = dvc_stages[job["name"]]
+        assert stage["metrics"] == {o for o in job["outputs"] if o.endswith("/metrics.json")}, job["name"]
+        runs_logs = {o for o in job["outputs"] if o.startswith("results/runs/") and o.endswith("/log.csv")}
+        assert set(stage["plots"]) >= runs_logs, job["name"]
+        assert all(stage["plots"][o] == {"x": "epoch", "y": "val_R@1"} for o in runs_logs), job["name"]
+    assert any(stage["metrics"] for stage in dvc_stages.values())
 
 
 def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_jobs):

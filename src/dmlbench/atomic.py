@@ -14,8 +14,28 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dmlbench.errors import DmlbenchError
+
 #: An orphan temporary file of another machine (a shared file system) is removed after this long.
 FOREIGN_ORPHAN_SECONDS = 24 * 3600
+
+
+class OutputPathError(DmlbenchError, OSError):
+    """An output path cannot hold a file (it is a folder, or a file stands where its folder should be)."""
+
+
+def check_output_path(path: Path) -> None:
+    """Stop before writing when ``path`` is a folder or one of its parents is a file.
+
+    Raises:
+        OutputPathError: naming ``path`` and the fix.
+    """
+    if path.is_dir():
+        raise OutputPathError(f"{path}: is a folder; name a file to write (e.g. {path / 'metrics.json'})")
+    blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise OutputPathError(f"{path}: cannot be written because {blocking} is a file, not a folder; "
+                              f"move that file away or choose another output path")
 
 
 def _host() -> str:
@@ -66,10 +86,11 @@ def sweep_orphans(path: str | os.PathLike[str]) -> list[Path]:
 def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path``, on error it is removed.
 
-    Parent folders are created, and the temporary files of earlier writers that were killed are
-    swept (:func:`sweep_orphans`). The temporary name keeps ``path``'s suffix, so writers that
-    append a suffix of their own (``np.savez``) leave it alone. The data are flushed to disk
-    (``fsync``) before the rename, so a crash cannot leave a complete-looking empty file.
+    Parent folders are created (:class:`OutputPathError` when ``path`` cannot be a file), and the
+    temporary files of earlier writers that were killed are swept (:func:`sweep_orphans`). The
+    temporary name keeps ``path``'s suffix, so writers that append a suffix of their own
+    (``np.savez``) leave it alone. The data are flushed to disk (``fsync``) before the rename, so a
+    crash cannot leave a complete-looking empty file.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
@@ -79,6 +100,7 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     'done'
     """
     path = Path(path)
+    check_output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_orphans(path)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_owner_tag()}.",

@@ -7,10 +7,12 @@
     dmlbench train --dataset D --method M --seed S → results/runs/D/M/seedS/{checkpoint.pt,log.csv}
     dmlbench embed RUN_DIR                         → RUN_DIR/embeddings.npz
     dmlbench embed RUN_DIR --method M              → results/runs/D/M/seedS/embeddings.npz (M re-embeds RUN_DIR)
-    dmlbench evaluate EMBEDDINGS.npz --out METRICS.json
-    dmlbench report TABLE                          → results/tables/TABLE.tex + results/plots/TABLE_*.png
+    dmlbench evaluate EMBEDDINGS.npz --out METRICS.json   (+ per_query.npz beside it)
+    dmlbench report TABLE                          → results/tables/TABLE.{tex,csv,md} + results/plots/TABLE_*.png
+    dmlbench summary TABLE                         prints results/tables/TABLE.csv as a text table
     dmlbench claims                                → results/tables/claims.{tex,md,csv}
     dmlbench info backbones                        stages and output shapes of every backbone
+    dmlbench list methods|tables|figures|datasets|backbones   what exists, one line each
 
 Parameters come from ``--config`` files (default ``params.yaml``; more files are
 overlays merged on top, like Snakemake's ``--configfile``).
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from dmlbench import __version__
+from dmlbench.catalog import KINDS, catalog, did_you_mean, plain_text
 from dmlbench.config import load_config, resolve_run, section
 from dmlbench.errors import DmlbenchError
 
@@ -50,14 +54,22 @@ def _set_threads(threads: int | None) -> None:
         faiss.omp_set_num_threads(threads)
 
 
-def _parse_threads(text: str) -> int:
-    try:
-        threads = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"--threads expects a positive integer, got {text!r}") from err
-    if threads < 1:
-        raise argparse.ArgumentTypeError(f"--threads expects a positive integer (CPU threads), got {threads}")
-    return threads
+def _integer_at_least(minimum: int, what: str) -> Callable[[str], int]:
+    """An argparse ``type`` accepting integers ≥ ``minimum``; ``what`` says what the number counts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"expects an integer ({what}), got {text!r}") from err
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expects an integer >= {minimum} ({what}), got {value}")
+        return value
+
+    return parse
+
+
+_parse_threads = _integer_at_least(1, "CPU threads")
 
 
 def _parse_ks(text: str) -> list[int]:
@@ -147,11 +159,38 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"embedded {embed_run(checkpoint, manifest, out, run=run)}")
 
 
-def cmd_evaluate(args: argparse.Namespace) -> None:
-    from dmlbench.evaluation import KMeansSettings, evaluate_file
+#: evaluation settings without --dataset (the params' defaults).
+EVALUATION_DEFAULTS = {"recall_ks": [1, 2, 4, 8], "chunk_size": 4096, "kmeans": {"seed": 0, "niter": 100, "nredo": 1}}
 
-    kmeans = KMeansSettings(seed=args.kmeans_seed, niter=args.kmeans_niter, nredo=args.kmeans_nredo)
-    metrics = evaluate_file(args.embeddings, args.out, args.recall_ks, kmeans=kmeans, chunk_size=args.chunk_size)
+
+def _evaluation_settings(args: argparse.Namespace) -> dict:
+    """Recall@K list, kNN chunk size and K-means settings: the options given on the command line,
+    else (with ``--dataset``) ``datasets.D.recall_ks`` and the ``evaluation`` params section, else
+    :data:`EVALUATION_DEFAULTS`. Reading them from the params at run time keeps a DVC stage's fixed
+    command right after ``dvc exp run -S evaluation.…``."""
+    settings = {**EVALUATION_DEFAULTS, "kmeans": dict(EVALUATION_DEFAULTS["kmeans"])}
+    if args.dataset is not None:
+        config = load_config(args.config)
+        evaluation = section(config, "evaluation")
+        settings.update(recall_ks=list(section(config, "datasets", args.dataset, "recall_ks")),
+                        chunk_size=evaluation["chunk_size"], kmeans=dict(evaluation["kmeans"]))
+    for option, key in (("kmeans_seed", "seed"), ("kmeans_niter", "niter"), ("kmeans_nredo", "nredo")):
+        if getattr(args, option) is not None:
+            settings["kmeans"][key] = getattr(args, option)
+    for option in ("recall_ks", "chunk_size"):
+        if getattr(args, option) is not None:
+            settings[option] = getattr(args, option)
+    return settings
+
+
+def cmd_evaluate(args: argparse.Namespace) -> None:
+    from dmlbench.evaluation import PER_QUERY_FILE, KMeansSettings, evaluate_file
+
+    settings = _evaluation_settings(args)
+    kmeans = KMeansSettings(**settings["kmeans"])
+    per_query = Path(args.per_query) if args.per_query else Path(args.out).parent / PER_QUERY_FILE
+    metrics = evaluate_file(args.embeddings, args.out, settings["recall_ks"], kmeans=kmeans,
+                            chunk_size=settings["chunk_size"], per_query_path=per_query)
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "/" not in k and k[:2] in ("R@", "NM", "MA"))
     print(f"evaluated {args.embeddings}: {shown}")
 
@@ -163,14 +202,23 @@ def cmd_ensemble(args: argparse.Namespace) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
+    from dmlbench.report import render_text
     from dmlbench.report.pipeline import report_table
 
     config = load_config(args.config)
-    dead = report_table(config, args.table, RUNS_DIR, Path(args.tables_dir), Path(args.plots_dir))
-    for (dataset, method), failures in dead.items():
+    report = report_table(config, args.table, RUNS_DIR, Path(args.tables_dir), Path(args.plots_dir))
+    print(render_text(report.cells), end="")
+    for (dataset, method), failures in report.dead.items():
         for failure in failures:
             print(f"dmlbench report {args.table}: warning: {method} on {dataset}: mechanism did not engage: "
                   f"{failure}", file=sys.stderr)
+
+
+def cmd_summary(args: argparse.Namespace) -> None:
+    """Print a built table from its CSV (no runs are read; rerun ``report`` to recompute)."""
+    from dmlbench.report import read_cells_csv, render_text
+
+    print(render_text(read_cells_csv(Path(args.tables_dir) / f"{args.table}.csv")), end="")
 
 
 def cmd_claims(args: argparse.Namespace) -> None:
@@ -194,6 +242,15 @@ def cmd_figure(args: argparse.Namespace) -> None:
     print(f"wrote {render_figure(config, args.figure, out)}")
 
 
+def cmd_list(args: argparse.Namespace) -> None:
+    """One line per name: the name, then what it is (label, recipe and loss; title; kind)."""
+    config = load_config(args.config) if args.kind != "backbones" else {}
+    entries = catalog(config, args.kind)
+    width = max((len(name) for name in entries), default=0)
+    for name, line in entries.items():
+        print(f"{name:<{width}}  {line}")
+
+
 def cmd_info(args: argparse.Namespace) -> None:
     from dmlbench.models.backbones import BACKBONES
 
@@ -205,8 +262,9 @@ def cmd_info(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dmlbench", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="dmlbench", description=plain_text(__doc__.split("\n\n")[0]))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", action="append", metavar="YAML",
@@ -236,9 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_download_weights)
 
     p = sub.add_parser("train", help="train one run (dataset, method, seed); resumes when interrupted")
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--method", required=True)
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--dataset", required=True, help="a key of the 'datasets' params section (dmlbench list datasets)")
+    p.add_argument("--method", required=True, help="a key of the 'methods' params section (dmlbench list methods)")
+    p.add_argument("--seed", type=_integer_at_least(0, "a run seed"), required=True,
+                   help="the run's seed (fixes every random draw: a CPU run is bit-for-bit repeatable)")
     p.add_argument("--manifest", help="default data/prepared/DATASET/manifest.csv")
     p.add_argument("--out", help="default results/runs/DATASET/METHOD/seedSEED")
     p.add_argument("--scratch-dir", help="resume checkpoints (default .scratch/<out>)")
@@ -269,12 +328,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="Recall@K, NMI, MAP@R, R-precision of an embeddings .npz")
     p.add_argument("embeddings", help=".npz with embeddings, labels[, split, learner_slices]")
     p.add_argument("--out", required=True, help="metrics JSON")
-    p.add_argument("--recall-ks", type=_parse_ks, default=[1, 2, 4, 8], help="e.g. 1,2,4,8")
-    p.add_argument("--kmeans-seed", type=int, default=0)
-    p.add_argument("--kmeans-niter", type=int, default=100)
-    p.add_argument("--kmeans-nredo", type=int, default=1)
-    p.add_argument("--chunk-size", type=int, default=4096, help="queries per kNN search chunk")
-    p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
+    p.add_argument("--per-query", help="per-query results .npz (default: per_query.npz beside --out)")
+    p.add_argument("--dataset", help="read the settings below from the params: datasets.DATASET.recall_ks and the "
+                                     "'evaluation' section (an option given here still wins)")
+    p.add_argument("--recall-ks", type=_parse_ks, help="e.g. 1,2,4,8 (default 1,2,4,8)")
+    p.add_argument("--kmeans-seed", type=_integer_at_least(0, "a K-means seed"),
+                   help="seed of the K-means clustering behind NMI (default 0)")
+    p.add_argument("--kmeans-niter", type=_integer_at_least(1, "K-means iterations"),
+                   help="K-means iterations (default 100)")
+    p.add_argument("--kmeans-nredo", type=_integer_at_least(1, "K-means restarts"),
+                   help="K-means restarts; the best objective is kept (default 1)")
+    p.add_argument("--chunk-size", type=_integer_at_least(1, "queries per chunk"),
+                   help="queries per kNN search chunk (default 4096)")
+    with_config(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("ensemble", help="concatenate the L2-normalised test embeddings of several runs")
@@ -282,12 +348,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the ensemble's embeddings.npz")
     p.set_defaults(func=cmd_ensemble)
 
-    p = sub.add_parser("report", help="LaTeX table and plots of a table spec (tables.TABLE)")
-    p.add_argument("table", help="a key of the 'tables' params section, e.g. table1")
-    p.add_argument("--tables-dir", default="results/tables")
-    p.add_argument("--plots-dir", default="results/plots")
+    p = sub.add_parser("report", help="LaTeX, CSV and Markdown table and plots of a table spec (tables.TABLE); "
+                                      "prints the table")
+    p.add_argument("table", help="a key of the 'tables' params section, e.g. table1 (dmlbench list tables)")
+    p.add_argument("--tables-dir", default="results/tables", help="where TABLE.tex, .csv and .md go")
+    p.add_argument("--plots-dir", default="results/plots", help="where the table's plots go")
     with_config(p)
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("summary", help="print a built table (results/tables/TABLE.csv) as text")
+    p.add_argument("table", help="a table name, e.g. table1")
+    p.add_argument("--tables-dir", default="results/tables", help="where TABLE.csv lies")
+    p.set_defaults(func=cmd_summary)
 
     p = sub.add_parser("claims", help="the papers' claims re-measured on finished runs (params 'claims')")
     p.add_argument("--tables-dir", default="results/tables", help="where claims.tex, .md and .csv go")
@@ -295,20 +367,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_claims)
 
     p = sub.add_parser("figure", help="draw a figure of an experiment (figures.FIGURE) from finished runs")
-    p.add_argument("figure", help="a key of the 'figures' params section, e.g. abe_fig5")
+    p.add_argument("figure", help="a key of the 'figures' params section, e.g. abe_fig5 (dmlbench list figures)")
     p.add_argument("--out", help="default results/plots/FIGURE.png")
     with_config(p)
     p.set_defaults(func=cmd_figure)
 
-    p = sub.add_parser("info", help="describe registered components")
-    p.add_argument("what", choices=["backbones"])
-    p.add_argument("--image-size", type=int, default=224)
+    p = sub.add_parser("list", help="what exists: methods, tables, figures, datasets or backbones, one line each")
+    p.add_argument("kind", choices=KINDS, help="what to list")
+    with_config(p)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("info", help="describe registered components: stages and output shapes of every backbone")
+    p.add_argument("what", choices=["backbones"], help="what to describe")
+    p.add_argument("--image-size", type=_integer_at_least(8, "pixels"), default=224,
+                   help="input side in pixels for the stage shapes (default 224)")
     p.set_defaults(func=cmd_info)
     return parser
 
 
+def _check_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """Stop with a suggestion when the first argument is not a command (argparse lists them all, unsorted)."""
+    commands = next(action.choices for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    if argv and not argv[0].startswith("-") and argv[0] not in commands:
+        parser.error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], commands)}; "
+                     f"commands: {', '.join(commands)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _check_command(parser, argv)
+    args = parser.parse_args(argv)
     if getattr(args, "config", "absent") is None:
         args.config = ["params.yaml"]
     _set_threads(getattr(args, "threads", None))

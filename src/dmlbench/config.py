@@ -35,6 +35,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from dmlbench.catalog import did_you_mean
 from dmlbench.errors import DmlbenchError
 
 SCHEMA_RESOURCE = "params.schema.json"
@@ -63,13 +64,31 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping (first on line {seen[key] + 1}); "
+                    f"PyYAML would keep only the last: delete one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read one YAML mapping; errors name the file."""
+    """Read one YAML mapping; errors name the file (and the line of a syntax error or repeated key)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: parameter file not found")
     try:
-        data = yaml.safe_load(path.read_text())
+        with open(path, encoding="utf-8") as stream:  # a file object: YAML's error marks name the file
+            data = yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({err})") from err
     if not isinstance(data, Mapping):
@@ -100,6 +119,15 @@ def non_finite_values(node: Any, path: str = "") -> list[tuple[str, float]]:
     return [found for child_path, value in children for found in non_finite_values(value, child_path)]
 
 
+def _suggestion(error: jsonschema.ValidationError) -> str:
+    """For an unexpected key: the closest allowed key of its section (``""`` for other errors)."""
+    if error.validator != "additionalProperties" or not isinstance(error.instance, Mapping):
+        return ""
+    allowed = error.schema.get("properties", {})
+    unexpected = [key for key in error.instance if key not in allowed]
+    return did_you_mean(str(unexpected[0]), allowed) if unexpected else ""
+
+
 def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     """Validate against the schema and check cross-references between sections.
 
@@ -114,7 +142,8 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [f"  {'.'.join(str(p) for p in err.absolute_path) or '<top>'}: {err.message}" for err in errors[:10]]
+        lines = [f"  {'.'.join(str(p) for p in err.absolute_path) or '<top>'}: {err.message}{_suggestion(err)}"
+                 for err in errors[:10]]
         raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
     for name, section_ in config.get("methods", {}).items():
         if "ensemble_members" in section_:
@@ -152,7 +181,7 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
             if unknown:
                 raise ConfigError(
                     f"{source}: tables.{table_name}.{key} names {unknown}, which are not defined under "
-                    f"'{section}' (defined: {sorted(config[section])})"
+                    f"'{section}'{did_you_mean(unknown[0], config[section])} (defined: {sorted(config[section])})"
                 )
     for figure_name in config.get("figures", {}):
         from dmlbench.report.figures import check_figure
@@ -179,7 +208,8 @@ def section(config: Mapping[str, Any], *keys: str) -> Any:
     node: Any = config
     for depth, key in enumerate(keys):
         if not isinstance(node, Mapping) or key not in node:
-            raise ConfigError(f"parameter '{'.'.join(keys[: depth + 1])}' is not defined")
+            hint = did_you_mean(key, node) if isinstance(node, Mapping) else ""
+            raise ConfigError(f"parameter '{'.'.join(keys[: depth + 1])}' is not defined{hint}")
         node = node[key]
     return node
 
@@ -326,6 +356,14 @@ def check_checkpoint_source(config: Mapping[str, Any], method: str, source: str 
             )
 
 
+def _check_test_crop(image: Mapping[str, Any], where: str) -> None:
+    """The test-time centre crop must fit in the resized image (a larger one would pad it with black)."""
+    if image["test_crop"] > image["resize"]:
+        raise ConfigError(f"{where}: training.image.test_crop = {image['test_crop']} px exceeds training.image.resize "
+                          f"= {image['resize']} px, so the centre crop would pad the image with black borders; "
+                          f"set test_crop <= resize")
+
+
 def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int) -> dict[str, Any]:
     """Everything one run needs, self-contained (stored in its checkpoint).
 
@@ -340,6 +378,7 @@ def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int)
     method_config = resolve_method(config, method, dataset)
     training = deep_merge(section(config, "training"), dataset_config.get("training", {}))
     training = deep_merge(training, method_config.get("training", {}))
+    _check_test_crop(training["image"], f"run {dataset}/{method}")
     return {
         "dataset": dataset,
         "dataset_config": {k: v for k, v in dataset_config.items() if k != "training"},

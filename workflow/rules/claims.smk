@@ -18,6 +18,13 @@ rule claims:
     output:
         table="results/tables/claims.tex",
         markdown="results/tables/claims.md",
+        html=report(
+            "results/tables/claims.html",
+            caption="../report/claims.rst",
+            category="Tables",
+            subcategory=lambda w: dataset_labels([config["claims"]["dataset"]]),
+            labels={"table": "claims", "shows": "table"},
+        ),
         csv="results/tables/claims.csv",
     params:
         tracked=tracked_params("claims", lambda w: ["claims", "seeds"]),

@@ -101,3 +101,8 @@ def tracked_params(rule_name, keys):
     """Register `keys(wildcards)` for `rule_name`; return a params function giving their values."""
     PARAM_KEYS[rule_name] = keys
     return lambda wildcards: {key: lookup(key) for key in keys(wildcards)}
+
+
+def dataset_labels(datasets):
+    """The display labels of `datasets`, comma-separated: the report's subcategory of an output about them."""
+    return ", ".join(config["datasets"][d].get("label", d) for d in datasets)

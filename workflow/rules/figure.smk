@@ -22,7 +22,13 @@ if FIGURES:
         input:
             lambda w: figure_inputs(config, w.figure),
         output:
-            "results/plots/{figure}.png",
+            report(
+                "results/plots/{figure}.png",
+                caption="../report/figure.rst",
+                category="Figures",
+                subcategory=lambda w: dataset_labels([config["figures"][w.figure]["dataset"]]),
+                labels={"figure": "{figure}"},
+            ),
         wildcard_constraints:
             figure="|".join(FIGURES),
         params:

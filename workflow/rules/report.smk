@@ -1,4 +1,4 @@
-# report: every run of a table → results/tables/<table>.tex and its plots.
+# report: every run of a table → results/tables/<table>.{tex,csv,md,html} and its plots.
 
 
 def report_keys(table):
@@ -9,17 +9,33 @@ def report_keys(table):
     return [f"tables.{table}", "seeds", *labels]
 
 
+def table_report(path, caption, shows):
+    """`path` flagged for `snakemake --report`: under Tables, by the table's datasets, with its caption
+    (workflow/report/<caption>) and labels table = the table's name, shows = `shows`."""
+    return report(
+        path,
+        caption=f"../report/{caption}",
+        category="Tables",
+        subcategory=lambda w: dataset_labels(config["tables"][w.table]["datasets"]),
+        labels={"table": "{table}", "shows": shows},
+    )
+
+
 rule report:
     wildcard_constraints:
         # only the table specs (results/tables/claims.tex is rule claims')
         table="|".join(config["tables"]),
     input:
         metrics=lambda w: table_runs(w.table, "metrics.json"),
+        per_query=lambda w: table_runs(w.table, "per_query.npz"),
         logs=lambda w: table_runs(w.table, "log.csv", trained_only=True),
     output:
         table="results/tables/{table}.tex",
-        curves="results/plots/{table}_training_curves.png",
-        recall="results/plots/{table}_recall_at_k.png",
+        csv="results/tables/{table}.csv",
+        markdown="results/tables/{table}.md",
+        html=table_report("results/tables/{table}.html", "table.rst", "table"),
+        curves=table_report("results/plots/{table}_training_curves.png", "training_curves.rst", "training curves"),
+        recall=table_report("results/plots/{table}_recall_at_k.png", "recall_at_k.rst", "Recall@K"),
     params:
         tracked=tracked_params("report", lambda w: report_keys(w.table)),
     log:

@@ -13,6 +13,7 @@ i.e. the crop is ``image.crop((x1, y1, x2, y2))`` as in the DML codes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from dmlbench.data.official import (
     DatasetInfo,
     Record,
     expected_counts,
+    image_path,
     locate_root,
     read_options,
     require,
@@ -70,6 +72,64 @@ ARCHIVES: list[Archive] = [
 ARCHIVE_ROOT = "."
 
 FIELDS = ("relative_im_path", "bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class")
+#: The fix named by every error about a damaged or edited ``cars_annos.mat``.
+RESTORE_MAT = (f"restore cars_annos.mat from the official release (md5 {ARCHIVES[1].md5}; "
+               f"`dmlbench download cars196 --archive cars_annos.mat`)")
+
+
+def read_annotations(mat_path: Path) -> tuple[np.ndarray, list[str]]:
+    """The ``annotations`` struct array (1-D) and the ``class_names`` of ``cars_annos.mat``.
+
+    Raises:
+        ManifestError: not a MATLAB file, a missing variable or field, or class names that are not text.
+    """
+    try:
+        mat = scipy.io.loadmat(mat_path, squeeze_me=True)
+    except (scipy.io.matlab.MatReadError, ValueError, OSError, NotImplementedError) as err:
+        raise ManifestError(f"{mat_path}: cannot read as a MATLAB file ({err}); {RESTORE_MAT}") from err
+    for key in ("annotations", "class_names"):
+        if key not in mat:
+            found = sorted(k for k in mat if not k.startswith("__"))
+            raise ManifestError(f"{mat_path}: no variable {key!r} (found {found}); {RESTORE_MAT}")
+    annotations = np.atleast_1d(mat["annotations"])
+    missing = [f for f in FIELDS if f not in (annotations.dtype.names or ())]
+    if missing:
+        raise ManifestError(f"{mat_path}: annotations lack field(s) {missing}; found {annotations.dtype.names}; "
+                            f"{RESTORE_MAT}")
+    class_names = list(np.atleast_1d(mat["class_names"]))
+    if not all(isinstance(name, str) and name for name in class_names):
+        raise ManifestError(f"{mat_path}: class_names must be a cell array of text, found "
+                            f"{np.asarray(mat['class_names']).dtype} values; {RESTORE_MAT}")
+    return annotations, class_names
+
+
+def _number(entry: np.void, name: str, where: str) -> float:
+    """Field ``name`` of one annotation as a finite number (a 1x1 numeric MATLAB value)."""
+    value = np.asarray(entry[name])
+    if value.size != 1 or value.dtype.kind not in "iuf" or not math.isfinite(float(value.reshape(()))):
+        raise ManifestError(f"{where}: field {name!r} must be one finite number, found {value.tolist()!r}; "
+                            f"{RESTORE_MAT}")
+    return float(value.reshape(()))
+
+
+def _record(root: Path, entry: np.void, class_names: list[str], where: str) -> Record:
+    """The :class:`Record` of one annotation; ``where`` names it in errors."""
+    cls = _number(entry, "class", where)
+    if cls != int(cls) or not 1 <= cls <= len(class_names):
+        raise ManifestError(f"{where}: class {cls:g} of {entry['relative_im_path']} outside 1..{len(class_names)} "
+                            f"(the release's class ids are integers 1..196); {RESTORE_MAT}")
+    x1, y1, x2, y2 = (_number(entry, f, where) for f in FIELDS[1:5])
+    if x2 <= x1 or y2 <= y1:
+        raise ManifestError(f"{where}: empty or inverted box (x1, y1, x2, y2) = ({x1:g}, {y1:g}, {x2:g}, {y2:g}); "
+                            f"{RESTORE_MAT}")
+    rel = entry["relative_im_path"]
+    if not isinstance(rel, str):
+        raise ManifestError(f"{where}: relative_im_path must be text, found {np.asarray(rel).tolist()!r}; "
+                            f"{RESTORE_MAT}")
+    label = int(cls)
+    split = "train" if label <= LAST_TRAIN_CLASS else "test"
+    return Record(image_path(root, rel, where), label, class_names[label - 1], split, (x1, y1, x2 - x1, y2 - y1),
+                  source=where)
 
 
 def read_records(root: Path) -> list[Record]:
@@ -77,34 +137,13 @@ def read_records(root: Path) -> list[Record]:
 
     Returns:
         One :class:`Record` per annotation, in file order, with the class id
-        (1..196) as label and ``class_names[class - 1]`` as name.
+        (1..196) as label and ``class_names[class - 1]`` as name; errors name
+        an annotation by its 1-based index in the file.
     """
     mat_path = require(root, INFO, "cars_annos.mat")
-    try:
-        mat = scipy.io.loadmat(mat_path, squeeze_me=True)
-    except (scipy.io.matlab.MatReadError, ValueError, OSError, NotImplementedError) as err:
-        raise ManifestError(f"{mat_path}: cannot read as a MATLAB file ({err})") from err
-    for key in ("annotations", "class_names"):
-        if key not in mat:
-            found = sorted(k for k in mat if not k.startswith("__"))
-            raise ManifestError(f"{mat_path}: no variable {key!r} (found {found})")
-    annotations = np.atleast_1d(mat["annotations"])
-    missing = [f for f in FIELDS if f not in (annotations.dtype.names or ())]
-    if missing:
-        raise ManifestError(f"{mat_path}: annotations lack field(s) {missing}; found {annotations.dtype.names}")
-    class_names = [str(name) for name in np.atleast_1d(mat["class_names"])]
-    records = []
-    for entry in annotations:
-        label = int(entry["class"])
-        if not 1 <= label <= len(class_names):
-            raise ManifestError(
-                f"{mat_path}: class {label} of {entry['relative_im_path']} outside 1..{len(class_names)}"
-            )
-        x1, y1, x2, y2 = (float(entry[f]) for f in FIELDS[1:5])
-        split = "train" if label <= LAST_TRAIN_CLASS else "test"
-        path = root / str(entry["relative_im_path"])
-        records.append(Record(path, label, class_names[label - 1], split, (x1, y1, x2 - x1, y2 - y1)))
-    return records
+    annotations, class_names = read_annotations(mat_path)
+    return [_record(root, entry, class_names, f"{mat_path}: annotation {i}")
+            for i, entry in enumerate(annotations, start=1)]
 
 
 def prepare(config: Mapping[str, Any], out_dir: Path) -> Path:

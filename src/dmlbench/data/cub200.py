@@ -13,7 +13,6 @@ the image.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,14 +20,17 @@ from typing import Any
 from dmlbench.data.download import Archive
 from dmlbench.data.manifest import ManifestError
 from dmlbench.data.official import (
+    RESTORE,
     Counts,
     DatasetInfo,
+    ListFile,
     Record,
     expected_counts,
     locate_root,
+    parse_id,
+    read_list,
     read_numbers,
     read_options,
-    read_rows,
     require,
     write_dataset,
 )
@@ -65,37 +67,66 @@ ARCHIVE_ROOT = "CUB_200_2011"
 FILES = ("images.txt", "image_class_labels.txt", "classes.txt", "bounding_boxes.txt")
 
 
+def _ids_once(listing: ListFile, what: str) -> dict[str, tuple[int, list[str]]]:
+    """``{first cell: (line, cells)}`` of a list file whose first column is an id listed once.
+
+    Raises:
+        ManifestError: an id on two lines (both named).
+    """
+    first_line: dict[str, int] = {}
+    for line, cells in listing.rows:
+        if cells[0] in first_line:
+            raise ManifestError(f"{listing.where(line)}: {what} {cells[0]} is listed again (first on line "
+                                f"{first_line[cells[0]]}); {RESTORE}")
+        first_line[cells[0]] = line
+    return {cells[0]: (line, cells) for line, cells in listing.rows}
+
+
+def _box(listing: ListFile, line: int, cells: list[str]) -> tuple[float, ...]:
+    """``(x, y, w, h)`` of a ``bounding_boxes.txt`` row: finite, with positive width and height."""
+    box = read_numbers(listing.where(line), cells[1:5])
+    if box[2] <= 0 or box[3] <= 0:
+        raise ManifestError(f"{listing.where(line)}: box width and height must be positive, found {cells[1:5]}; "
+                            f"{RESTORE}")
+    return box
+
+
 def read_records(root: Path) -> list[Record]:
     """Parse the official list files of an extracted CUB_200_2011 folder.
 
     Returns:
         One :class:`Record` per line of ``images.txt``, in file order, with
         the class id as label, ``classes.txt``'s name (e.g.
-        ``001.Black_footed_Albatross``) and the bounding box.
+        ``001.Black_footed_Albatross``), the bounding box, and its ``images.txt`` line as source.
+
+    Raises:
+        ManifestError: naming the list file, its line and the fix, for a malformed or missing row.
     """
-    images, labels, classes, boxes = (require(root, INFO, name) for name in FILES)
-    class_names = dict(read_rows(classes, 2))
-    label_of = dict(read_rows(labels, 2))
-    bbox_of = {row[0]: read_numbers(boxes, row, slice(1, 5)) for row in read_rows(boxes, 5)}
+    images, labels, classes, boxes = (read_list(require(root, INFO, name), n_columns)
+                                      for name, n_columns in zip(FILES, (2, 2, 2, 5), strict=True))
+    class_names = {class_id: cells[1] for class_id, (_, cells) in _ids_once(classes, "class id").items()}
+    label_of = _ids_once(labels, "image id")
+    box_of = _ids_once(boxes, "image id")
+    listed_as = _ids_once(images, "image id")
+    first_id_of: dict[str, str] = {}
+    for image_id, (line, (_, rel)) in listed_as.items():
+        if rel in first_id_of:
+            raise ManifestError(f"{images.where(line)}: image {rel} is listed again, under id {image_id} (first "
+                                f"under id {first_id_of[rel]}); each file is one image: {RESTORE}")
+        first_id_of[rel] = image_id
     records = []
-    image_rows = read_rows(images, 2)
-    paths = Counter(rel for _, rel in image_rows)
-    repeated = [rel for rel, count in paths.items() if count > 1]
-    if repeated:
-        ids = [image_id for image_id, rel in image_rows if rel == repeated[0]]
-        raise ManifestError(f"{images}: {len(repeated)} image file(s) listed under more than one id, e.g. "
-                            f"{repeated[0]} (ids {', '.join(ids)}); each file is one image: restore images.txt "
-                            f"from the dataset's archive")
-    for image_id, rel in image_rows:
-        for table, path in ((label_of, labels), (bbox_of, boxes)):
+    for image_id, (line, (_, rel)) in listed_as.items():
+        for table, listing in ((label_of, labels), (box_of, boxes)):
             if image_id not in table:
-                raise ManifestError(f"{path}: no entry for image id {image_id} ({rel}) of {images}")
-        class_id = label_of[image_id]
+                raise ManifestError(f"{listing.path}: no entry for image id {image_id} ({images.where(line)}); "
+                                    f"{RESTORE}")
+        label_line, (_, class_id) = label_of[image_id]
+        label = parse_id(labels.where(label_line), class_id, "class_id")
         if class_id not in class_names:
-            raise ManifestError(f"{classes}: no class {class_id} (used by image id {image_id} in {labels})")
-        label = int(class_id)
+            raise ManifestError(f"{labels.where(label_line)}: class {class_id} is not in {classes.path}; {RESTORE}")
         split = "train" if label <= LAST_TRAIN_CLASS else "test"
-        records.append(Record(root / "images" / rel, label, class_names[class_id], split, bbox_of[image_id]))
+        records.append(Record(root / "images" / rel, label, class_names[class_id], split,
+                              _box(boxes, *box_of[image_id]), source=images.where(line)))
     return records
 
 

@@ -20,13 +20,16 @@ from typing import Any
 from dmlbench.data.download import Archive
 from dmlbench.data.manifest import ManifestError
 from dmlbench.data.official import (
+    RESTORE,
     Counts,
     DatasetInfo,
     Record,
     expected_counts,
+    image_path,
     locate_root,
+    parse_item_id,
+    read_list,
     read_options,
-    read_rows,
     require,
     write_dataset,
 )
@@ -50,6 +53,8 @@ INFO = DatasetInfo(
 EXPECTED_COUNTS: Counts = {"train": (25882, 3997), "query": (14218, 3985), "gallery": (12612, 3985)}
 #: The ``evaluation_status`` values and the manifest split each becomes.
 STATUSES: frozenset[str] = frozenset({"train", "query", "gallery"})
+#: The second line of the list file.
+HEADER = "image_name item_id evaluation_status"
 
 ARCHIVES: list[Archive] = []  # Google Drive + password only: `dmlbench download inshop` explains
 ARCHIVE_ROOT = "."
@@ -64,22 +69,27 @@ def read_records(root: Path) -> list[Record]:
     """Parse ``list_eval_partition.txt``; rows in file order.
 
     Raises:
-        ManifestError: the first line is not the number of rows that follow,
-            or a status is not train/query/gallery.
+        ManifestError: the first line is not the number of rows that follow, the second not the
+            header, or a row has a bad item id, image name or status (file and line named).
     """
-    listing = partition_file(root)
+    listing = read_list(partition_file(root), 3, n_head=2)
     image_base = require(root, INFO, "img", "Img/img").parent
-    with open(listing, encoding="utf-8") as f:
-        declared = f.readline().strip()
-    rows = read_rows(listing, 3, skip=2)
-    if declared != str(len(rows)):
-        raise ManifestError(f"{listing}: first line says {declared!r} images, the file lists {len(rows)}")
+    (count_line, declared), _ = listing.head
+    if not (declared.isascii() and declared.isdigit()):
+        raise ManifestError(f"{listing.where(count_line)}: expected the number of images, found {declared[:80]!r}; "
+                            f"{RESTORE}")
+    listing.check_header(HEADER)
+    if int(declared) != len(listing.rows):
+        raise ManifestError(f"{listing.path}: first line says {declared!r} images, the file lists "
+                            f"{len(listing.rows)} (lines {listing.rows[0][0]}-{listing.rows[-1][0]}); {RESTORE}")
     records = []
-    for name, item_id, status in rows:
+    for line, (name, item_id, status) in listing.rows:
+        where = listing.where(line)
         if status not in STATUSES:
-            raise ManifestError(f"{listing}: {name} has evaluation_status {status!r}, not one of {sorted(STATUSES)}")
-        label = int(item_id.removeprefix("id_"))
-        records.append(Record(image_base / name, label, item_id, status))
+            raise ManifestError(f"{where}: {name} has evaluation_status {status!r}, not one of {sorted(STATUSES)}; "
+                                f"{RESTORE}")
+        label = parse_item_id(where, item_id)
+        records.append(Record(image_path(image_base, name, where), label, item_id, status, source=where))
     return records
 
 

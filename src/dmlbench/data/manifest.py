@@ -50,12 +50,76 @@ def _file_lines(rows: np.ndarray, limit: int = 5) -> str:
     return listed + (f" and {len(rows) - limit} more" if len(rows) > limit else "")
 
 
+#: splits whose classes are learned from; none of their classes may appear in the evaluation splits.
+TRAINING_SPLITS: tuple[str, ...] = ("train", "val")
+
+
+def _integer_labels(column: pd.Series, source: str | os.PathLike[str]) -> pd.Series:
+    """``column`` as int64, refusing text, blanks and fractions (which a plain cast would truncate)."""
+    numbers = pd.to_numeric(column, errors="coerce")
+    bad = (numbers.isna() | (numbers != np.floor(numbers))).to_numpy()
+    if bad.any():
+        first = np.flatnonzero(bad)
+        raise ManifestError(f"{source}: column 'label' must hold integer class ids; line(s) {_file_lines(first)} "
+                            f"hold {column.iloc[first[0]]!r}. Re-run `dmlbench prepare <dataset>`.")
+    return numbers.astype(np.int64)
+
+
+def _check_disjoint_classes(labels: pd.Series, splits: pd.Series, source: str | os.PathLike[str]) -> None:
+    """Deep metric learning tests on classes never seen in training: refuse a label on both sides."""
+    trained = splits.isin(TRAINING_SPLITS).to_numpy()
+    shared = np.intersect1d(labels[trained], labels[~trained])
+    if len(shared):
+        rows = np.flatnonzero(labels.to_numpy() == shared[0])
+        raise ManifestError(
+            f"{source}: {len(shared)} label(s) appear in both {list(TRAINING_SPLITS)} and the evaluation splits, "
+            f"e.g. label {shared[0]} on lines {_file_lines(rows)}; the benchmark's protocol tests on unseen "
+            f"classes. Give each class one side, or re-run `dmlbench prepare <dataset>`.")
+
+
+def _box_problem(text: str) -> str | None:
+    """What is wrong with one ``bbox`` cell (``"x y w h"`` in pixels, or empty), or None.
+
+    >>> _box_problem(""), _box_problem("1 2 3 4"), _box_problem("1 2 3"), _box_problem("1 2 0 4")
+    (None, None, 'not 4 numbers', 'width and height must be positive')
+    """
+    if not text.strip():
+        return None
+    try:
+        values = [float(v) for v in text.split()]
+    except ValueError:
+        return "not 4 numbers"
+    if len(values) != 4:
+        return "not 4 numbers"
+    x, y, w, h = values
+    if not all(np.isfinite(values)):
+        return "non-finite number"
+    if x < 0 or y < 0:
+        return "x and y must be >= 0 (pixels from the top-left corner)"
+    if w <= 0 or h <= 0:
+        return "width and height must be positive"
+    return None
+
+
+def _check_boxes(boxes: pd.Series, source: str | os.PathLike[str]) -> None:
+    """Every non-empty ``bbox`` is ``"x y w h"``: finite, x, y >= 0, w, h > 0."""
+    problems = [_box_problem(text) for text in boxes]
+    bad = np.flatnonzero([problem is not None for problem in problems])
+    if len(bad):
+        raise ManifestError(f"{source}: bbox on line(s) {_file_lines(bad)}: {problems[bad[0]]} "
+                            f"(found {boxes.iloc[bad[0]]!r}); write 'x y w h' in pixels, or leave it empty. "
+                            f"Re-run `dmlbench prepare <dataset>`.")
+
+
 def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>") -> pd.DataFrame:
     """Check columns, dtypes and split names; return the frame with canonical column order.
 
     Raises:
         ManifestError: naming ``source`` and the offending column or values.
     """
+    if frame.empty:
+        raise ManifestError(f"{source}: no rows; a manifest lists one image per row. "
+                            f"Re-run `dmlbench prepare <dataset>`.")
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise ManifestError(
@@ -82,10 +146,8 @@ def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>")
             f"each image belongs to one row (a repeated test image would count as its own nearest neighbour). "
             f"Remove the repeated rows or re-run `dmlbench prepare <dataset>`."
         )
-    try:
-        labels = frame["label"].astype(np.int64)
-    except (TypeError, ValueError) as err:
-        raise ManifestError(f"{source}: column 'label' must hold integers ({err})") from err
+    labels = _integer_labels(frame["label"], source)
+    _check_disjoint_classes(labels, frame["split"].astype(str), source)
     names_per_label = frame.groupby(labels)["class_name"].nunique()
     ambiguous = names_per_label[names_per_label > 1]
     if len(ambiguous):
@@ -97,6 +159,7 @@ def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>")
     out["split"] = out["split"].astype(str)
     if "bbox" in out.columns:
         out["bbox"] = out["bbox"].fillna("").astype(str)
+        _check_boxes(out["bbox"], source)
     return out.reset_index(drop=True)
 
 
@@ -162,5 +225,6 @@ def assert_split_counts(frame: pd.DataFrame, expected: dict[str, tuple[int, int]
         if found != (n_images, n_classes):
             raise ManifestError(
                 f"{source}: split '{split}' has {found[0]} images / {found[1]} classes, "
-                f"expected {n_images} / {n_classes}. The copy is incomplete or not the official release."
+                f"expected {n_images} / {n_classes}. The copy is incomplete or not the official release: "
+                f"re-extract it from the official archive."
             )

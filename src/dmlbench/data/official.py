@@ -25,17 +25,21 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dmlbench.atomic import atomic_output
 from dmlbench.data.images import (
     IMAGE_ERRORS,
     BBox,
+    ImageCheckError,
     format_bbox,
     missing_files,
     raise_for_failures,
@@ -43,7 +47,7 @@ from dmlbench.data.images import (
     undecodable_images,
     unreadable_images,
 )
-from dmlbench.data.manifest import SPLITS, ManifestError, assert_split_counts, write_manifest
+from dmlbench.data.manifest import SPLITS, ManifestError, assert_split_counts, validate, write_manifest
 from dmlbench.errors import DmlbenchError
 
 #: Keys of a dataset section that belong to other parts of the pipeline.
@@ -58,6 +62,11 @@ VERIFY_CHOICES: tuple[bool | str, ...] = (False, True, "decode")
 
 Counts = dict[str, tuple[int, int]]
 """``{split: (n_images, n_classes)}``."""
+
+#: The fix named by every error about a damaged or edited list file.
+RESTORE = "restore this file from the dataset's official archive (re-extract it)"
+#: The fix named when images are missing or unreadable.
+RESTORE_IMAGES = "Restore these images from the dataset's official archive (re-extract it)."
 
 
 class DatasetConfigError(DmlbenchError, ValueError):
@@ -115,6 +124,8 @@ class Record:
         class_name: human-readable class name.
         split: one of :data:`dmlbench.data.manifest.SPLITS`.
         bbox: ``(x, y, w, h)`` in pixels, or None.
+        source: where the official lists name this image (``"<list file>:<line>"``), for messages;
+            empty when unknown.
     """
 
     path: Path
@@ -122,6 +133,7 @@ class Record:
     class_name: str
     split: str
     bbox: BBox | None = None
+    source: str = ""
 
 
 def read_options(config: Mapping[str, Any], info: DatasetInfo) -> dict[str, Any]:
@@ -219,43 +231,122 @@ def require(root: Path, info: DatasetInfo, *candidates: str) -> Path:
     raise DatasetNotFoundError(f"{info.title}: expected file {tried} not found. {info.where_to_point()}")
 
 
-def read_rows(path: Path, n_columns: int, skip: int = 0) -> list[list[str]]:
-    """Whitespace-separated rows of a list file, skipping ``skip`` header lines and blank lines.
+@dataclass(frozen=True)
+class ListFile:
+    """A whitespace-separated list file of an official release, as :func:`read_list` reads it.
+
+    Attributes:
+        path: the file.
+        head: ``(line, text)`` of its first non-blank lines (its header), stripped; lines are 1-based.
+        rows: ``(line, cells)`` of every later non-blank line.
+    """
+
+    path: Path
+    head: list[tuple[int, str]]
+    rows: list[tuple[int, list[str]]]
+
+    def where(self, line: int) -> str:
+        """``"<file>:<line>"``, the prefix of a message about one line."""
+        return f"{self.path}:{line}"
+
+    def check_header(self, expected: str) -> None:
+        """Stop unless the last head line is ``expected`` (whitespace-insensitive).
+
+        Raises:
+            ManifestError: naming the line, the expected and the found header.
+        """
+        line, text = self.head[-1]
+        if text.split() != expected.split():
+            raise ManifestError(f"{self.where(line)}: expected the header {expected!r}, found {text[:80]!r}; "
+                                f"{RESTORE}")
+
+
+def _text_lines(path: Path) -> list[tuple[int, str]]:
+    """``(line, stripped text)`` of every non-blank line (1-based; LF, CRLF or CR; a UTF-8 BOM dropped).
 
     Raises:
-        ManifestError: a line that is not UTF-8, or a row with a different number of columns
-            (file and line named).
+        ManifestError: a line that is not UTF-8 (file and line named).
     """
-    rows = []
-    raw = Path(path).read_bytes()
-    for number, line_bytes in enumerate(raw.splitlines(), start=1):
+    lines = []
+    for number, line_bytes in enumerate(Path(path).read_bytes().splitlines(), start=1):
         try:
             line = line_bytes.decode("utf-8")
         except UnicodeDecodeError as err:
             raise ManifestError(f"{path}:{number}: not UTF-8 text ({err.reason} at byte {err.start}): "
                                 f"{line_bytes[:80]!r}; the official list files are UTF-8 (or ASCII): "
-                                f"restore this file from the dataset's archive") from err
-        if number <= skip or not line.strip():
-            continue
-        row = line.split()
-        if len(row) != n_columns:
-            raise ManifestError(
-                f"{path}:{number}: expected {n_columns} columns, found {len(row)}: {line.strip()!r}"
-            )
-        rows.append(row)
-    return rows
+                                f"{RESTORE}") from err
+        text = (line.removeprefix("\ufeff") if number == 1 else line).strip()
+        if text:
+            lines.append((number, text))
+    return lines
 
 
-def read_numbers(path: Path, row: list[str], columns: slice) -> tuple[float, ...]:
-    """The columns of a :func:`read_rows` row as finite floats; a bad cell names the file, the row's
-    id (its first cell) and the value."""
+def read_list(path: Path, n_columns: int, n_head: int = 0) -> ListFile:
+    """Read a list file: ``n_head`` header lines, then rows of ``n_columns`` whitespace-separated cells.
+
+    Blank lines are skipped wherever they are; the line numbers are those of the file.
+
+    Raises:
+        ManifestError: a line that is not UTF-8, no row after the header, or a row with a different
+            number of columns (file and line named).
+    """
+    lines = _text_lines(path)
+    if len(lines) <= n_head:
+        raise ManifestError(f"{path}: no rows (the file is empty{' or holds only its header' if n_head else ''}); "
+                            f"{RESTORE}")
+    rows = []
+    for number, text in lines[n_head:]:
+        cells = text.split()
+        if len(cells) != n_columns:
+            raise ManifestError(f"{path}:{number}: expected {n_columns} columns, found {len(cells)}: {text!r}; "
+                                f"{RESTORE}")
+        rows.append((number, cells))
+    return ListFile(Path(path), lines[:n_head], rows)
+
+
+def parse_id(where: str, text: str, what: str, minimum: int = 1) -> int:
+    """A class / item / vehicle id cell as an integer of at least ``minimum``.
+
+    Args:
+        where: ``"<file>:<line>"`` of the cell, named in the error.
+        what: the column's name in the release, e.g. ``class_id``.
+
+    Raises:
+        ManifestError: not a plain decimal integer (``3.0``, ``-3``, ``abc``) or below ``minimum``.
+    """
+    if not (text.isascii() and text.isdigit()) or int(text) < minimum:
+        raise ManifestError(f"{where}: {what} must be an integer >= {minimum}, found {text!r}; {RESTORE}")
+    return int(text)
+
+
+def parse_item_id(where: str, text: str) -> int:
+    """The number of an ``id_<digits>`` item id (``id_00000002`` -> 2), as :func:`parse_id` checks it."""
+    match = re.fullmatch(r"id_(\d+)", text)
+    if match is None:
+        raise ManifestError(f"{where}: item_id must look like 'id_00000001', found {text!r}; {RESTORE}")
+    return parse_id(where, match.group(1), "the number of item_id")
+
+
+def image_path(base: Path, name: str, where: str) -> Path:
+    """``base / name`` for an image named by a list file, refusing a name that leaves ``base``.
+
+    Raises:
+        ManifestError: an empty or absolute name, or one with a ``..`` component (``where`` named).
+    """
+    rel = Path(name)
+    if not name or rel.is_absolute() or ".." in rel.parts:
+        raise ManifestError(f"{where}: image name {name!r} is not a path inside {base}; {RESTORE}")
+    return base / rel
+
+
+def read_numbers(where: str, cells: list[str]) -> tuple[float, ...]:
+    """``cells`` as finite floats; a bad cell names ``where`` (``"<file>:<line>"``), the values and the fix."""
     try:
-        values = tuple(float(v) for v in row[columns])
+        values = tuple(float(v) for v in cells)
     except ValueError as err:
-        raise ManifestError(f"{path}: row {row[0]}: expected numbers, found {row[columns]}; "
-                            f"restore this file from the dataset's archive") from err
+        raise ManifestError(f"{where}: expected numbers, found {cells}; {RESTORE}") from err
     if not all(math.isfinite(v) for v in values):
-        raise ManifestError(f"{path}: row {row[0]}: non-finite number in {row[columns]}")
+        raise ManifestError(f"{where}: non-finite number in {cells}; {RESTORE}")
     return values
 
 
@@ -291,14 +382,17 @@ def write_dataset(
     sources: Mapping[str, str],
     verify: bool | str,
     crop_base: Path | None = None,
+    tables: Mapping[str, pd.DataFrame] | None = None,
 ) -> Path:
     """Check the records and write ``out_dir/manifest.csv`` (the last file written).
 
-    In order: the split counts (per split, naming the list file it came
-    from), class-disjointness of ``train`` and the evaluation splits, that
-    every image exists, optionally that every image header opens, optionally
-    the crops; then the manifest. All problems of one kind are reported in a
-    single error.
+    In order: that no image is listed twice, class-disjointness of ``train``
+    and the evaluation splits, the split counts (per split, naming the list
+    file it came from), that every image exists, optionally that every image
+    header opens or decodes; then the crops, ``tables`` and the manifest. All
+    problems of one kind are reported in a single error, naming the list rows
+    (:attr:`Record.source`) at fault. When a check fails nothing is written,
+    and an ``out_dir`` that did not exist before is not left behind.
 
     Args:
         expected: ``{split: (n_images, n_classes)}`` to assert.
@@ -310,6 +404,7 @@ def write_dataset(
             manifest there (relative paths, no ``bbox`` column); otherwise the
             manifest points into the local copy and keeps a ``bbox`` column
             when the records have boxes.
+        tables: ``{file name: table}`` written as CSV into ``out_dir`` after the checks, before the manifest.
 
     Returns:
         Path of the manifest.
@@ -323,32 +418,86 @@ def write_dataset(
             "split": [r.split for r in records],
         }
     )
+    _assert_listed_once(records)
+    _assert_class_disjoint(records, info)
     for split, counts in expected.items():
         assert_split_counts(frame, {split: counts}, source=f"{info.title} ({sources.get(split, 'list files')})")
-    _assert_class_disjoint(frame, info)
 
-    raise_for_failures(missing_files(frame["path"]), info.title)
+    _raise_for_images(missing_files(frame["path"]), info.title, records)
     if verify == "decode":
-        raise_for_failures(undecodable_images(frame["path"]), f"{info.title} (verify_images: decode)")
+        _raise_for_images(undecodable_images(frame["path"]), f"{info.title} (verify_images: decode)", records)
     elif verify:
-        raise_for_failures(unreadable_images(frame["path"]), f"{info.title} (verify_images)")
+        _raise_for_images(unreadable_images(frame["path"]), f"{info.title} (verify_images)", records)
+    validate(frame, source=f"{info.title} ({', '.join(sorted(set(sources.values())))})")
 
-    if crop_base is not None:
-        frame["path"] = _materialise_crops(records, crop_base, out_dir, info)
-    elif any(r.bbox is not None for r in records):
-        frame["bbox"] = [format_bbox(r.bbox) if r.bbox is not None else "" for r in records]
-    return write_manifest(frame, out_dir / "manifest.csv")
+    with _removed_on_failure(out_dir):
+        if crop_base is not None:
+            frame["path"] = _materialise_crops(records, crop_base, out_dir, info)
+        elif any(r.bbox is not None for r in records):
+            frame["bbox"] = [format_bbox(r.bbox) if r.bbox is not None else "" for r in records]
+        for name, table in (tables or {}).items():
+            with atomic_output(out_dir / name) as tmp:
+                table.to_csv(tmp, index=False, lineterminator="\n")
+        return write_manifest(frame, out_dir / "manifest.csv")
 
 
-def _assert_class_disjoint(frame: pd.DataFrame, info: DatasetInfo) -> None:
+@contextmanager
+def _removed_on_failure(out_dir: Path) -> Iterator[None]:
+    """Remove ``out_dir`` when the block raises and the folder did not exist before it."""
+    existed = out_dir.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+
+
+def _where(record: Record) -> str:
+    """The list row of a record, or its image path when the preparer gave none."""
+    return record.source or str(record.path)
+
+
+def _assert_listed_once(records: list[Record]) -> None:
+    """Every image file is listed once: a repeated test image is its own nearest neighbour."""
+    first: dict[Path, Record] = {}
+    repeated = []
+    for record in records:
+        earlier = first.setdefault(record.path, record)
+        if earlier is not record:
+            repeated.append((earlier, record))
+    if repeated:
+        earlier, later = repeated[0]
+        raise ManifestError(
+            f"{_where(later)}: image {later.path} is listed again (first at {_where(earlier)}); "
+            f"{len(repeated)} repeated listing(s) in all. Each image is listed once: {RESTORE}"
+        )
+
+
+def _assert_class_disjoint(records: list[Record], info: DatasetInfo) -> None:
     """Zero-shot protocol: no class of ``train`` may appear in an evaluation split."""
-    train = set(frame.loc[frame["split"] == "train", "label"])
-    shared = sorted(train & set(frame.loc[frame["split"] != "train", "label"]))
-    if shared:
+    train = {r.label: r for r in reversed(records) if r.split == "train"}
+    clashes = {r.label: r for r in reversed(records) if r.split != "train" and r.label in train}
+    if clashes:
+        shared = sorted(clashes)
+        clash = clashes[shared[0]]
         raise ManifestError(
             f"{info.title}: {len(shared)} class(es) appear in both train and an evaluation split "
-            f"(e.g. {shared[:5]}); the benchmark protocol needs class-disjoint splits"
+            f"(e.g. {shared[:5]}): class {clash.label} is in train at {_where(train[clash.label])} and in "
+            f"{clash.split} at {_where(clash)}; the benchmark protocol needs class-disjoint splits: {RESTORE}"
         )
+
+
+def _raise_for_images(failures: list[tuple[str, str]], what: str, records: list[Record]) -> None:
+    """:func:`dmlbench.data.images.raise_for_failures`, each image with the list row naming it, plus the fix."""
+    if not failures:
+        return
+    source = {str(r.path): r.source for r in records if r.source}
+    named = [(path, f"{reason} (listed at {source[path]})" if path in source else reason) for path, reason in failures]
+    try:
+        raise_for_failures(named, what)
+    except ImageCheckError as err:
+        raise ImageCheckError(f"{err}\n{RESTORE_IMAGES}") from None
 
 
 def _materialise_crops(records: list[Record], crop_base: Path, out_dir: Path, info: DatasetInfo) -> list[str]:

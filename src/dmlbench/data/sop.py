@@ -20,16 +20,19 @@ from typing import Any
 
 import pandas as pd
 
-from dmlbench.atomic import atomic_output
 from dmlbench.data.download import Archive
+from dmlbench.data.manifest import ManifestError
 from dmlbench.data.official import (
+    RESTORE,
     Counts,
     DatasetInfo,
     Record,
     expected_counts,
+    image_path,
     locate_root,
+    parse_id,
+    read_list,
     read_options,
-    read_rows,
     require,
     write_dataset,
 )
@@ -63,6 +66,10 @@ ARCHIVES: list[Archive] = [
 ARCHIVE_ROOT = "Stanford_Online_Products"
 
 
+#: The first line of both list files.
+HEADER = "image_id class_id super_class_id path"
+
+
 def read_records(root: Path) -> tuple[list[Record], pd.DataFrame]:
     """Parse ``Ebay_train.txt`` and ``Ebay_test.txt``; train rows first, in file order.
 
@@ -71,40 +78,43 @@ def read_records(root: Path) -> tuple[list[Record], pd.DataFrame]:
         ``split``, one row per class in order of first appearance.
 
     Raises:
-        ValueError: a class listed under two super classes (naming the list file).
+        ManifestError: a bad header, class id or image path, or a class listed under two super
+            classes (naming the list file and line).
     """
-    records, groups = [], {}
+    records: list[Record] = []
+    groups: dict[int, tuple[int, str, str, str]] = {}
     for split, name in LIST_FILES.items():
-        for _image_id, class_id, super_id, rel in read_rows(require(root, INFO, name), 4, skip=1):
-            super_class = rel.split("/", 1)[0].removesuffix("_final")
-            records.append(Record(root / rel, int(class_id), f"{super_class}/{class_id}", split))
-            label, group = int(class_id), int(super_id)
-            if groups.setdefault(label, (group, split))[0] != group:
-                raise ValueError(f"{root / name}: class {label} has super_class_id {group} and "
-                                 f"{groups[label][0]}; the list files are inconsistent (re-extract the release)")
-    table = pd.DataFrame([(label, group, split) for label, (group, split) in groups.items()],
+        listing = read_list(require(root, INFO, name), 4, n_head=1)
+        listing.check_header(HEADER)
+        for line, (_image_id, class_id, super_id, rel) in listing.rows:
+            where = listing.where(line)
+            label = parse_id(where, class_id, "class_id")
+            group = parse_id(where, super_id, "super_class_id")
+            folder = rel.split("/", 1)[0].removesuffix("_final")
+            records.append(Record(image_path(root, rel, where), label, f"{folder}/{label}", split, source=where))
+            first = groups.setdefault(label, (group, folder, split, where))
+            if first[:2] != (group, folder):
+                raise ManifestError(
+                    f"{listing.path}: class {label} has super_class_id {group} and {first[0]}, folder "
+                    f"{folder!r} and {first[1]!r} ({where} and {first[3]}); a class has one super class: {RESTORE}"
+                )
+    table = pd.DataFrame([(label, group, split) for label, (group, _, split, _) in groups.items()],
                          columns=["label", "group", "split"])
     return records, table
 
 
 def prepare(config: Mapping[str, Any], out_dir: Path) -> Path:
     """Write ``out_dir/super_classes.csv`` and then ``out_dir/manifest.csv`` for SOP (see
-    :mod:`dmlbench.data.official`); when the manifest's checks fail, neither file is left."""
+    :mod:`dmlbench.data.official`); when a check fails, neither file is written."""
     options = read_options(config, INFO)
     root = locate_root(config, INFO)
     records, super_classes = read_records(root)
-    groups_path = Path(out_dir) / "super_classes.csv"
-    with atomic_output(groups_path) as tmp:
-        super_classes.to_csv(tmp, index=False, lineterminator="\n")
-    try:
-        return write_dataset(
-            records,
-            Path(out_dir),
-            info=INFO,
-            expected=expected_counts(config, EXPECTED_COUNTS, INFO),
-            sources={split: str(root / name) for split, name in LIST_FILES.items()},
-            verify=options["verify_images"],
-        )
-    except BaseException:
-        groups_path.unlink(missing_ok=True)
-        raise
+    return write_dataset(
+        records,
+        Path(out_dir),
+        info=INFO,
+        expected=expected_counts(config, EXPECTED_COUNTS, INFO),
+        sources={split: str(root / name) for split, name in LIST_FILES.items()},
+        verify=options["verify_images"],
+        tables={"super_classes.csv": super_classes},
+    )

@@ -27,9 +27,11 @@ from dmlbench.data.official import (
     DatasetInfo,
     Record,
     expected_counts,
+    image_path,
     locate_root,
+    parse_id,
+    read_list,
     read_options,
-    read_rows,
     require,
     write_dataset,
 )
@@ -70,11 +72,19 @@ def list_files(test_size: str) -> dict[str, str]:
 
 
 def read_records(root: Path, test_size: str) -> list[Record]:
-    """Parse the train list and the test list of ``test_size``; train rows first, in file order."""
+    """Parse the train list and the test list of ``test_size``; train rows first, in file order.
+
+    Raises:
+        ManifestError: a bad vehicle id or image name (file and line named).
+    """
     records = []
     for split, rel in list_files(test_size).items():
-        for name, vehicle_id in read_rows(require(root, INFO, rel), 2):
-            records.append(Record(root / "image" / f"{name}.jpg", int(vehicle_id), vehicle_id, split))
+        listing = read_list(require(root, INFO, rel), 2)
+        for line, (name, vehicle_id) in listing.rows:
+            where = listing.where(line)
+            label = parse_id(where, vehicle_id, "vehicle_id", minimum=0)
+            path = image_path(root / "image", f"{name}.jpg", where)
+            records.append(Record(path, label, vehicle_id, split, source=where))
     return records
 
 

@@ -48,7 +48,8 @@ def _stats(members: Sequence[Mapping[str, np.ndarray]]) -> dict[str, float]:
                         else np.mean([t[name] for t in tables])) for name in shared}
 
 
-def concatenate_members(members: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def concatenate_members(members: Sequence[Mapping[str, np.ndarray]],
+                        names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """Ensemble of E embedding sets of the same test images: each L2-normalised, then concatenated.
 
     Args:
@@ -56,6 +57,8 @@ def concatenate_members(members: Sequence[Mapping[str, np.ndarray]]) -> dict[str
             (``embeddings`` (N, d_e), ``labels`` (N,), optional ``split``, ``stat_names`` / ``stat_values``);
             same rows in the same order (labels and split must agree). A member's own learner
             slices and views are not carried over: each member is one learner of the ensemble.
+
+        names: what error messages call each member (its file); default ``member 0``, ``member 1``, …
 
     Returns:
         ``embeddings`` (N, Σ d_e) float32 whose rows have norm √E, ``labels``, ``split`` (if the
@@ -67,15 +70,17 @@ def concatenate_members(members: Sequence[Mapping[str, np.ndarray]]) -> dict[str
     """
     if len(members) < 2:
         raise ValueError(f"an ensemble needs at least 2 members, got {len(members)}")
+    names = list(names) if names is not None else [f"member {m}" for m in range(len(members))]
     labels = np.asarray(members[0]["labels"])
-    for m, member in enumerate(members[1:], start=1):
+    fix = "embed every member from the same prepared dataset (same test rows in the same order)"
+    for name, member in zip(names[1:], members[1:], strict=True):
         if not np.array_equal(np.asarray(member["labels"]), labels):
-            raise ValueError(f"ensemble member {m} has other labels (or another row order) than member 0")
+            raise ValueError(f"ensemble: {name} has other labels (or another row order) than {names[0]}; {fix}")
         if ("split" in member) != ("split" in members[0]) or (
                 "split" in member and not np.array_equal(member["split"], members[0]["split"])):
-            raise ValueError(f"ensemble member {m} has another query/gallery split than member 0")
+            raise ValueError(f"ensemble: {name} has another query/gallery split than {names[0]}; {fix}")
         if len(member["embeddings"]) != len(labels):
-            raise ValueError(f"ensemble member {m} has {len(member['embeddings'])} rows for {len(labels)} labels")
+            raise ValueError(f"ensemble: {name} has {len(member['embeddings'])} rows for {len(labels)} labels")
     parts = [l2_normalise(np.asarray(member["embeddings"], dtype=np.float32)) for member in members]
     bounds = np.cumsum([0] + [p.shape[1] for p in parts])
     result: dict[str, np.ndarray] = {
@@ -95,6 +100,7 @@ def concatenate_members(members: Sequence[Mapping[str, np.ndarray]]) -> dict[str
 def ensemble_files(member_paths: Sequence[str | Path], out_path: str | Path) -> Path:
     """Read the members' ``.npz`` files, write the ensemble's (atomically); returns ``out_path``."""
     out_path = Path(out_path)
-    write_npz(out_path, **concatenate_members([load_embeddings_npz(p) for p in member_paths]))
+    members = [load_embeddings_npz(p) for p in member_paths]
+    write_npz(out_path, **concatenate_members(members, names=[str(p) for p in member_paths]))
     return out_path
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dmlbench.evaluation.clustering import KMeansSettings, clustering_nmi
 from dmlbench.evaluation.knn import faiss_threads
-from dmlbench.evaluation.retrieval import build_task, retrieval_metrics
+from dmlbench.evaluation.per_query import per_query_arrays
+from dmlbench.evaluation.retrieval import QueryResults, build_task, query_results, retrieval_metrics
 from dmlbench.evaluation.validation import (
     check_embeddings,
     check_labels,
@@ -80,7 +83,26 @@ def _learner_means(metrics: dict[str, float], num_learners: int) -> dict[str, fl
             for name in names}
 
 
-def evaluate_embeddings(
+@dataclass(frozen=True)
+class Evaluation:
+    """What :func:`evaluate_views` computes.
+
+    Attributes:
+        metrics: the flat metrics (``metrics.json``).
+        per_query: the per-query arrays (``per_query.npz``, :mod:`dmlbench.evaluation.per_query`).
+    """
+
+    metrics: dict[str, float]
+    per_query: dict[str, np.ndarray]
+
+
+def evaluate_embeddings(embeddings: np.ndarray, labels: np.ndarray, recall_ks: Sequence[int],
+                        **options: Any) -> dict[str, float]:
+    """The metrics of :func:`evaluate_views` (same arguments), without the per-query arrays."""
+    return evaluate_views(embeddings, labels, recall_ks, **options).metrics
+
+
+def evaluate_views(
     embeddings: np.ndarray,
     labels: np.ndarray,
     recall_ks: Sequence[int],
@@ -93,8 +115,8 @@ def evaluate_embeddings(
     kmeans: KMeansSettings = KMeansSettings(),
     chunk_size: int = 4096,
     num_threads: int | None = None,
-) -> dict[str, float]:
-    """Retrieval and clustering metrics of test-set embeddings.
+) -> Evaluation:
+    """Retrieval and clustering metrics of test-set embeddings, and the per-query results behind them.
 
     The full embedding is evaluated **as given** (callers pass the
     concatenation of the L2-normalised learners, which is what the methods use
@@ -127,8 +149,9 @@ def evaluate_embeddings(
         num_threads: faiss threads during the call (None: faiss's default).
 
     Returns:
-        A flat dict of Python floats: ``R@K`` for each K, ``NMI``, ``MAP@R``,
-        ``RP`` (fractions in [0, 1]); the same prefixed ``learner{m}/`` for each
+        ``per_query``: the arrays of :mod:`dmlbench.evaluation.per_query` (first-hit ranks exact at
+        any depth, AP@R, R-precision; per view). ``metrics``: a flat dict of Python floats:
+        ``R@K`` for each K, ``NMI``, ``MAP@R``, ``RP`` (fractions in [0, 1]); the same prefixed ``learner{m}/`` for each
         learner slice, ``learners_mean/`` for their mean and ``<name>/`` for each named
         view; ``self_similarity`` (:func:`self_pair_similarity`) for ≥ 2 learners of
         equal width; the stats; ``num_queries`` (queries evaluated), ``num_lone_queries``,
@@ -150,9 +173,11 @@ def evaluate_embeddings(
     ks = check_recall_ks(recall_ks, task.database_size)
 
     metrics: dict[str, float] = {}
+    per_view: dict[str, QueryResults] = {}
     with faiss_threads(num_threads):
         for prefix, view in _views(x, slices, named):
-            view_metrics = retrieval_metrics(view, task, ks, chunk_size)
+            per_view[prefix] = query_results(view, task, ks, chunk_size, exact_ranks=True)
+            view_metrics = per_view[prefix].metrics(ks)
             view_metrics["NMI"] = clustering_nmi(view, y, kmeans)
             metrics.update({prefix + name: value for name, value in view_metrics.items()})
     if slices:
@@ -166,7 +191,7 @@ def evaluate_embeddings(
         num_classes=float(len(np.unique(y))),
         **kmeans.as_metrics(),
     )
-    return metrics
+    return Evaluation(metrics, per_query_arrays(task, per_view))
 
 
 def recall_at_k(

@@ -12,7 +12,8 @@ import numpy as np
 from dmlbench.atomic import write_text_atomic
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation.clustering import KMeansSettings
-from dmlbench.evaluation.evaluate import evaluate_embeddings
+from dmlbench.evaluation.evaluate import evaluate_views
+from dmlbench.evaluation.per_query import write_per_query
 
 REQUIRED_KEYS = ("embeddings", "labels")
 
@@ -41,7 +42,8 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: embeddings file not found")
+        raise FileNotFoundError(f"{path}: embeddings file not found; write it with `dmlbench embed RUN_DIR` "
+                                f"(or build its run with `snakemake --cores N {path}`)")
     try:
         archive = np.load(path, allow_pickle=False)
     except NPZ_READ_ERRORS as err:
@@ -83,8 +85,9 @@ def evaluate_file(
     recall_ks: Sequence[int],
     kmeans: KMeansSettings = KMeansSettings(),
     chunk_size: int = 4096,
+    per_query_path: str | Path | None = None,
 ) -> dict[str, float]:
-    """Compute :func:`evaluate_embeddings` on an embeddings file and write the metrics to ``out_json``.
+    """Compute :func:`evaluate_views` on an embeddings file and write the metrics to ``out_json``.
 
     Args:
         npz_path: file with the keys described in :func:`load_embeddings_npz`.
@@ -92,6 +95,8 @@ def evaluate_file(
         recall_ks: K values of Recall@K.
         kmeans: K-means settings for NMI.
         chunk_size: queries per kNN search.
+        per_query_path: where to write the per-query results (:mod:`dmlbench.evaluation.per_query`,
+            atomically); None: not written.
 
     Returns:
         The metrics written.
@@ -101,8 +106,10 @@ def evaluate_file(
     """
     arrays = load_embeddings_npz(npz_path)
     try:
-        metrics = evaluate_embeddings(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size, **arrays)
+        evaluation = evaluate_views(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size, **arrays)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{npz_path}: {err}") from err
-    write_json_atomic(metrics, out_json)
-    return metrics
+    if per_query_path is not None:
+        write_per_query(per_query_path, evaluation.per_query)
+    write_json_atomic(evaluation.metrics, out_json)
+    return evaluation.metrics

@@ -1,20 +1,39 @@
-"""The report step: one comparison table (.tex) and its two plots (.png) from run directories."""
+"""The report step: one comparison table (.tex, .csv, .md, .html) and its two plots (.png) from run directories."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from dmlbench.atomic import write_text_atomic
 from dmlbench.methods.health import HealthCheck
 
 from .caption import Varying, caption_text
 from .collect import RunDir, collect_runs, load_logs
 from .health import dead_caption, dead_cells
-from .latex import render_comparison_table, write_table
+from .html import write_html_page
+from .latex import plain_from_latex, render_comparison_table, write_table
 from .paper_numbers import load_paper_numbers
 from .plots import plot_recall_at_k, plot_training_curves
 from .spec import TableSpec
+from .summary import render_markdown, summarise, write_cells_csv
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`build_report` wrote.
+
+    Attributes:
+        cells: the table's cells (:func:`~.summary.summarise`; the CSV's content).
+        dead: the failed mechanism-health checks per (dataset, method) (empty when every mechanism engaged).
+    """
+
+    cells: pd.DataFrame
+    dead: dict[tuple[str, str], list[str]]
 
 
 def _check_runs(runs: Sequence[RunDir], spec: TableSpec, seeds: Any) -> None:
@@ -49,8 +68,12 @@ def build_report(
     references: bool = True,
     log_runs: Sequence[RunDir] | None = None,
     health_checks: Mapping[tuple[str, str], Sequence[HealthCheck]] | None = None,
-) -> dict[tuple[str, str], list[str]]:
+) -> Report:
     """Write the comparison table and both plots for one table spec (what ``dmlbench report`` calls).
+
+    The table goes to ``table_path`` (LaTeX, with the reference rows), and beside it to the same name
+    with ``.csv`` (:data:`~.summary.CELL_COLUMNS`), ``.md`` (Markdown and the caption as plain text) and
+    ``.html`` (that Markdown as a page, for ``snakemake --report``).
 
     Args:
         runs: the run directories of the table (e.g. ``RunDir.from_path`` of each
@@ -59,7 +82,8 @@ def build_report(
         spec: datasets, methods, metrics and display labels.
         settings: caption settings (see :func:`~dmlbench.report.caption.caption_text`; use
             :func:`~dmlbench.report.caption.merge_settings` when runs differ).
-        table_path: the ``.tex`` output (one ``table``/``table*`` environment).
+        table_path: the ``.tex`` output (one ``table``/``table*`` environment); the ``.csv``, ``.md`` and
+            ``.html`` go beside it.
         curves_png: training loss and validation R@1 per epoch.
         recall_png: Recall@K against K.
         label: LaTeX ``\\label`` of the table.
@@ -70,21 +94,26 @@ def build_report(
             :meth:`~dmlbench.methods.base.Recipe.health_checks`); failing cells are marked.
 
     Returns:
-        The failed health checks per (dataset, method) (empty when every mechanism engaged).
+        The cells and the failed health checks.
 
     Raises:
         ValueError: runs outside the spec, seeds that contradict the caption, bad settings.
-        ReportInputError: a missing or malformed metrics.json / log.csv (named).
+        ReportInputError: a missing or malformed metrics.json / per_query.npz / log.csv (named).
     """
     runs = list(runs)
     _check_runs(runs, spec, settings["seeds"])
     results = collect_runs(runs)
     dead = dead_cells(results, health_checks or {})
+    cells = summarise(results, runs, spec, dead)
     caption = " ".join(filter(None, [caption_text(settings), dead_caption(dead, spec)]))
     logs = load_logs(runs if log_runs is None else log_runs)
     paper_numbers = load_paper_numbers() if references else None
-    write_table(table_path,
-                render_comparison_table(results, spec, caption, label, references=paper_numbers, dead=dead))
+    table_path = Path(table_path)
+    write_table(table_path, render_comparison_table(cells, spec, caption, label, references=paper_numbers))
+    write_cells_csv(table_path.with_suffix(".csv"), cells)
+    markdown = render_markdown(cells, plain_from_latex(caption))
+    write_text_atomic(table_path.with_suffix(".md"), markdown)
+    write_html_page(table_path.with_suffix(".html"), markdown, title=table_path.stem)
     plot_training_curves(logs, curves_png, spec)
     plot_recall_at_k(results, spec, recall_png)
-    return dead
+    return Report(cells, dead)

@@ -1,7 +1,8 @@
 """Table captions that state how the numbers were obtained.
 
 Every caption states the protocol, backbone (and its initialisation), embedding
-size, image size, epochs and seeds. When the runs of one table disagree on a
+size, image size, epochs and seeds, and how the cells' intervals and bold marks were
+obtained (:func:`~.significance.method_text`). When the runs of one table disagree on a
 setting, the caption does not refuse: it lists each value with the group it
 applies to (ablation tables vary a setting on purpose, and the paper overlay
 uses per-dataset schedules). A table that mixes protocols opens with
@@ -14,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .latex import escape_latex
+from .latex import escape_latex, latex_from_plain
+from .significance import method_text
 
 SETTING_KEYS = ("protocol", "backbone", "pretrained", "embedding_dim", "image_size", "epochs", "seeds", "datasets")
 
@@ -121,7 +123,8 @@ _FORMATTERS = {
 
 
 def _render(key: str, value: Any) -> str:
-    """One setting as caption text; a :class:`Varying` lists each value with its groups."""
+    """One setting as caption text. A :class:`Varying` that most groups share is stated once with the
+    exceptions after it (``64 (DeML: 512)``); otherwise each value is listed with its groups."""
     fmt = _FORMATTERS[key]
     if not isinstance(value, Varying):
         return fmt(value)
@@ -130,6 +133,11 @@ def _render(key: str, value: Any) -> str:
     for label, item in value.by_group.items():
         groups.setdefault(_canonical(item), []).append(label)
         originals.setdefault(_canonical(item), item)
+    common = max(groups, key=lambda c: len(groups[c]))
+    if 2 * len(groups[common]) > len(value.by_group):  # most groups agree: say it once, then the exceptions
+        others = "; ".join(f"{', '.join(escape_latex(label) for label in labels)}: {fmt(originals[c])}"
+                           for c, labels in groups.items() if c != common)
+        return f"{fmt(originals[common])} ({others})"
     parts = [
         f"{fmt(originals[c])} for {', '.join(escape_latex(label) for label in labels)}" for c, labels in groups.items()
     ]
@@ -174,10 +182,6 @@ def caption_text(settings: Mapping[str, Any]) -> str:
         raise ValueError(f"caption settings: missing key(s) {missing}, unknown key(s) {unknown}")
     seeds = settings["seeds"]
     counts = {len(s) for s in seeds.by_group.values()} if isinstance(seeds, Varying) else {len(seeds)}
-    if counts == {1}:
-        cells = "Cells: single runs, in percent"
-    else:
-        cells = "Cells: mean $\\pm$ sample standard deviation (ddof = 1) over seeds, in percent (one seed: mean only)"
     sentences: Sequence[str] = (
         _protocol_text(settings["protocol"]),
         f"Datasets: {_render('datasets', settings['datasets'])}.",
@@ -186,6 +190,6 @@ def caption_text(settings: Mapping[str, Any]) -> str:
         f"image size {_render('image_size', settings['image_size'])}; "
         f"epochs {_render('epochs', settings['epochs'])}; "
         f"{_render('seeds', settings['seeds'])}.",
-        f"{cells}; best mean per column in bold (ties all bold).",
+        latex_from_plain(method_text(counts)),
     )
     return " ".join(sentences)

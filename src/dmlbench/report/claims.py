@@ -15,7 +15,8 @@ holds:
 - a side whose runs failed a mechanism-health check (:mod:`.health`) carries a dagger:
   the comparison then says nothing about the mechanism.
 
-Outputs: ``claims.tex`` (booktabs), ``claims.md`` and ``claims.csv`` beside the tables.
+Outputs: ``claims.tex`` (booktabs), ``claims.md`` (+ its ``claims.html`` page) and ``claims.csv`` beside
+the tables.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from dmlbench.config import ConfigError, resolve_method, section
 
 from .collect import RunDir, collect_runs
 from .health import dead_cells
+from .html import write_html_page
 from .latex import DEAD_MARK, escape_latex
 from .metric_format import metric_format
 
@@ -192,7 +194,7 @@ def render_latex(table: pd.DataFrame, dataset_label: str) -> str:
 
 def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
                  checks: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
-    """Evaluate the claims and write ``claims.{tex,md,csv}`` to ``out_dir`` (atomically).
+    """Evaluate the claims and write ``claims.{tex,md,html,csv}`` to ``out_dir`` (atomically).
 
     Args:
         checks: method → its mechanism-health checks on the claims' dataset.
@@ -205,6 +207,8 @@ def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
     table = evaluate_claims(claims, results, {method: True for _, method in failing})
     label = config["datasets"][dataset].get("label", dataset)
     write_text_atomic(out_dir / "claims.csv", table.to_csv(index=False, lineterminator="\n"))
-    write_text_atomic(out_dir / "claims.md", render_markdown(table, label))
+    markdown = render_markdown(table, label)
+    write_text_atomic(out_dir / "claims.md", markdown)
+    write_html_page(out_dir / "claims.html", markdown, title="claims")
     write_text_atomic(out_dir / "claims.tex", render_latex(table, label))
     return table

@@ -1,4 +1,4 @@
-"""Load per-run results (``metrics.json``, ``log.csv``) into tidy DataFrames.
+"""Load per-run results (``metrics.json``, ``log.csv``, ``per_query.npz``) into tidy DataFrames and arrays.
 
 A run is (dataset, method, seed) and lives in
 ``results/runs/<dataset>/<method>/seed<k>/``. Every problem with an input file
@@ -14,9 +14,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.evaluation.files import NPZ_READ_ERRORS
+from dmlbench.evaluation.per_query import metric_values
 
 METRICS_FILE = "metrics.json"
 LOG_FILE = "log.csv"
@@ -80,7 +83,8 @@ def read_metrics(path: str | Path) -> dict[str, float]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ReportInputError(f"{path}: metrics file not found")
+        raise ReportInputError(f"{path}: metrics file not found; build the runs first: `snakemake --cores N "
+                               f"<target>` builds every run a table or figure needs (or `dmlbench evaluate`)")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -115,6 +119,45 @@ def collect_runs(runs: Iterable[RunDir]) -> pd.DataFrame:
     frame["seed"] = frame["seed"].astype(int)
     frame["value"] = frame["value"].astype(float)
     return frame.sort_values(RESULT_COLUMNS[:4], ignore_index=True)
+
+
+def read_per_query(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of one run's ``per_query.npz`` (:mod:`dmlbench.evaluation.per_query`).
+
+    Raises:
+        ReportInputError: the file is missing (runs evaluated before per-query files existed: the
+            message says how to rerun evaluate), unreadable, or has no ``row`` array.
+    """
+    path = Path(path)
+    run = path.parent
+    rerun = (f"rerun the run's evaluate step: `snakemake {path}` or `dvc repro` (it is an output of the evaluate "
+             f"rule), or by hand `dmlbench evaluate {run / 'embeddings.npz'} --out {run / METRICS_FILE} "
+             "--recall-ks <the dataset's recall_ks>`")
+    if not path.is_file():
+        raise ReportInputError(f"{path}: per-query results not found (the run was evaluated before evaluate "
+                               f"wrote them, or the file was removed); {rerun}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except NPZ_READ_ERRORS as err:
+        raise ReportInputError(f"{path}: not a readable per-query .npz ({err}); {rerun}") from err
+    if "row" not in arrays:
+        raise ReportInputError(f"{path}: no 'row' array (has {sorted(arrays)}); {rerun}")
+    return arrays
+
+
+def per_query_values(arrays: dict[str, np.ndarray], metric: str, path: str | Path) -> np.ndarray | None:
+    """:func:`~dmlbench.evaluation.per_query.metric_values` of a run's per-query arrays; None when ``metric``
+    has no per-query decomposition.
+
+    Raises:
+        ReportInputError: the file lacks the metric's array (naming the file and the array).
+    """
+    try:
+        return metric_values(arrays, metric)
+    except KeyError as err:
+        raise ReportInputError(f"{path}: no per-query array {err.args[0]!r} for metric '{metric}' "
+                               f"(has {sorted(arrays)}); rerun the run's evaluation") from err
 
 
 def read_log(path: str | Path) -> pd.DataFrame:

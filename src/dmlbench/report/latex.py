@@ -1,14 +1,14 @@
-"""LaTeX comparison tables (booktabs) from per-run results.
+"""LaTeX comparison tables (booktabs) from the cells of :func:`~.summary.summarise`.
 
 Formatting decisions:
 
-- cells are mean ± sample standard deviation (``ddof=1``) over seeds, evaluation
-  metrics in percent with one decimal (``61.3 $\\pm$ 0.4``), other numbers (parameters,
-  FLOPs, self-pair similarity, ...) as :func:`~.metric_format.metric_format` says; with
-  one seed, just the mean;
-- the best mean of each evaluation-metric column (R@K, NMI, MAP@R, RP, all
-  higher-is-better) is bold; "best" compares the *displayed* (rounded) means, so cells
-  that read the same are bold together; other columns are never bold;
+- cells are mean ± half-width of the 95 % bootstrap confidence interval (:mod:`.significance`),
+  evaluation metrics in percent with one decimal (``61.3 $\\pm$ 0.4``), other numbers (parameters,
+  FLOPs, self-pair similarity, ...) as :func:`~.metric_format.metric_format` says; a cell without an
+  interval (a per-run number of a single seed) shows just the mean;
+- in each evaluation-metric column (R@K, NMI, MAP@R, RP, all higher-is-better) the best mean and
+  every row that is not significantly worse than it (one-sided paired bootstrap test, α = 0.05)
+  are bold; other columns are never bold;
 - a (method, dataset) without runs, or a metric a run did not report, is ``--``;
 - a cell whose (method, dataset) failed a mechanism-health check in any seed
   (:mod:`.health`) carries :data:`DEAD_MARK`; the caption says which check failed;
@@ -22,19 +22,19 @@ Formatting decisions:
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from dmlbench.atomic import write_text_atomic
-from .collect import aggregate_over_seeds
-from .metric_format import MetricFormat, metric_format
+
+from .metric_format import metric_format
 from .spec import TableSpec
+from .summary import MISSING, Layout, styled_text
 
 WIDE_COLUMNS = 8
-MISSING = "--"
 #: Appended to the cells of a (method, dataset) whose mechanism did not engage (:mod:`.health`).
 DEAD_MARK = "\\textsuperscript{\\dag}"
 
@@ -64,13 +64,34 @@ def escape_latex(text: str) -> str:
     return _LATEX_SPECIAL_RE.sub(lambda match: _LATEX_SPECIAL[match.group()], text)
 
 
-def format_cell(mean: float, std: float | None, display: MetricFormat = metric_format("R@1")) -> str:
-    """``mean ± std`` as ``display`` says (default: fractions in, percent out, one decimal);
-    just the mean when std is None/NaN."""
-    text = display.text(mean)
-    if std is None or pd.isna(std):
-        return text
-    return f"{text} $\\pm$ {display.text(std)}"
+#: Plain-text characters that captions and notes use → their LaTeX.
+_PLAIN_TO_LATEX = {"±": "$\\pm$", "α": "$\\alpha$", "†": "$\\dag$", "—": "---", "−": "$-$"}
+
+
+def latex_from_plain(text: str) -> str:
+    """Plain text (with ±, α, †, —, −) as LaTeX: special characters escaped, those symbols typeset.
+
+    >>> latex_from_plain("61.0 ± 1.4 (α = 5 %)")
+    '61.0 $\\\\pm$ 1.4 ($\\\\alpha$ = 5 \\\\%)'
+    """
+    text = escape_latex(text)
+    for plain, latex in _PLAIN_TO_LATEX.items():
+        text = text.replace(plain, latex)
+    return text
+
+
+def plain_from_latex(text: str) -> str:
+    """A caption written for LaTeX as plain text: the inverse of :func:`escape_latex` and
+    :func:`latex_from_plain`, and ``\\textbf{x}`` → ``x``.
+
+    >>> plain_from_latex(r"\\textbf{Mixed} 5\\% $\\pm$ 1, a\\_b --- c")
+    'Mixed 5% ± 1, a_b — c'
+    """
+    for plain, latex in _PLAIN_TO_LATEX.items():
+        text = text.replace(latex, plain)
+    text = re.sub(r"\\textbf\{([^{}]*)\}", r"\1", text)
+    inverse = {latex: char for char, latex in _LATEX_SPECIAL.items()}
+    return re.sub("|".join(re.escape(latex) for latex in inverse), lambda m: inverse[m.group()], text)
 
 
 @dataclass(frozen=True)
@@ -109,71 +130,40 @@ def _reference_rows(references: pd.DataFrame, spec: TableSpec) -> list[_Referenc
     return rows
 
 
-def _result_cells(results: pd.DataFrame, spec: TableSpec, dead: Collection[tuple[str, str]] = ()) -> list[list[str]]:
-    """Formatted cells per method (rows) and (dataset, metric) (columns), bold on the best,
-    :data:`DEAD_MARK` on the (dataset, method) pairs in ``dead``."""
-    summary = aggregate_over_seeds(results).set_index(["dataset", "method", "metric"])
-    columns = [(dataset, metric) for dataset in spec.datasets for metric in spec.metrics[dataset]]
-    grid: list[list[str]] = []
-    shown: list[list[float | None]] = []  # the displayed (rounded) mean, for the bold choice
-    for method in spec.methods:
-        cells: list[str] = []
-        means: list[float | None] = []
-        for dataset, metric in columns:
-            key = (dataset, method, metric)
-            display = metric_format(metric)
-            if key in summary.index:
-                mean, std = summary.loc[key, "mean"], summary.loc[key, "std"]
-                cells.append(format_cell(mean, std, display))
-                means.append(float(display.text(mean)) if display.bold_best else None)
-            else:
-                cells.append(MISSING)
-                means.append(None)
-        grid.append(cells)
-        shown.append(means)
-    for j in range(len(columns)):
-        present = [value for value in (means[j] for means in shown) if value is not None]
-        if not present:
-            continue
-        best = max(present)
-        for cells, means in zip(grid, shown, strict=True):
-            if means[j] == best:
-                cells[j] = f"\\textbf{{{cells[j]}}}"
-    for method, cells in zip(spec.methods, grid, strict=True):
-        for j, (dataset, _) in enumerate(columns):
-            if (dataset, method) in dead and cells[j] != MISSING:
-                cells[j] += DEAD_MARK
-    return grid
+def _result_cells(cells: pd.DataFrame, spec: TableSpec) -> list[list[str]]:
+    """LaTeX cells per method (rows) and (dataset, metric) (columns): bold where the cells frame says,
+    :data:`DEAD_MARK` on dead (dataset, method) pairs."""
+    layout = Layout.of(cells)
+    return [[styled_text(cell, ("\\textbf{", "}"), DEAD_MARK, "$\\pm$") for cell in layout.row(method)]
+            for method in spec.methods]
 
 
 def render_comparison_table(
-    results: pd.DataFrame,
+    cells: pd.DataFrame,
     spec: TableSpec,
     caption: str,
     label: str,
     references: pd.DataFrame | None = None,
-    dead: Collection[tuple[str, str]] = (),
 ) -> str:
     """Render the comparison table as LaTeX (needs ``booktabs`` and ``graphicx``).
 
     Args:
-        results: long results from :func:`~dmlbench.report.collect.collect_runs`
-            (values as fractions); keys not in ``spec.metrics`` are ignored.
+        cells: the cells of :func:`~dmlbench.report.summary.summarise` for ``spec`` (values as
+            fractions; bold and dead flags decided there).
         spec: datasets (column groups), methods (rows), metrics and labels.
         caption: LaTeX caption text, inserted verbatim (see
-            :func:`~dmlbench.report.caption.caption_text`); when reference rows are shown a
-            sentence explaining them is appended.
+            :func:`~dmlbench.report.caption.caption_text`; it must explain the daggers,
+            :func:`.health.dead_caption`); when reference rows are shown a sentence explaining
+            them is appended.
         label: the ``\\label`` key (escaping is not applied; use e.g. ``tab:main``).
         references: paper numbers from
             :func:`~dmlbench.report.paper_numbers.load_paper_numbers`; None for no reference rows.
-        dead: (dataset, method) pairs whose mechanism did not engage (:func:`.health.dead_cells`);
-            their cells get :data:`DEAD_MARK` (the caption must explain it, :func:`.health.dead_caption`).
 
     Returns:
         The LaTeX source of one ``table``/``table*`` environment, ending in a newline.
     """
     columns = [(dataset, metric) for dataset in spec.datasets for metric in spec.metrics[dataset]]
-    grid = _result_cells(results, spec, dead)
+    grid = _result_cells(cells, spec)
     reference_rows = [] if references is None else _reference_rows(references, spec)
     if reference_rows:
         caption = (

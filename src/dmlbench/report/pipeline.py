@@ -10,7 +10,7 @@ from dmlbench.config import ensemble_spec, logs_epochs, resolve_method, resolve_
 from dmlbench.methods import build_recipe
 from dmlbench.methods.health import HealthCheck
 
-from .build import build_report
+from .build import Report, build_report
 from .caption import merge_settings
 from .collect import RunDir
 from .spec import TableSpec
@@ -62,11 +62,11 @@ def health_checks(config: Mapping[str, Any], dataset: str, method: str, seed: in
 
 
 def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path,
-                 plots_dir: Path) -> dict[tuple[str, str], list[str]]:
-    """Write ``tables_dir/<table>.tex`` and ``plots_dir/<table>_{training_curves,recall_at_k}.png``.
+                 plots_dir: Path) -> Report:
+    """Write ``tables_dir/<table>.{tex,csv,md}`` and ``plots_dir/<table>_{training_curves,recall_at_k}.png``.
 
     Returns:
-        The failed mechanism-health checks per (dataset, method) (marked in the table).
+        The table's cells and the failed mechanism-health checks per (dataset, method) (marked in the table).
     """
     spec = table_spec(config, table)
     seeds = list(section(config, "tables", table).get("seeds", config["seeds"]))

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator
 
 from dmlbench.atomic import write_bytes_atomic
+
 from .collect import aggregate_over_seeds
 from .spec import TableSpec
 
@@ -106,8 +107,18 @@ def _curve(ax: Axes, runs: pd.DataFrame, column: str, scale: float, style: dict[
     return handle
 
 
+def _first_epoch_mean(runs: pd.DataFrame, column: str) -> float:
+    """Mean over seeds of ``column`` in the first logged epoch; 1 when it is 0 or missing (no scaling)."""
+    first = runs.loc[runs["epoch"] == runs["epoch"].min(), column].mean()
+    return float(first) if pd.notna(first) and first != 0 else 1.0
+
+
 def plot_training_curves(logs: pd.DataFrame, out_png: str | Path, spec: TableSpec | None = None) -> Path:
     """Per dataset, a row of two panels: training loss and validation R@1 (%) against epoch.
+
+    Methods' losses differ in kind and scale (a margin loss near 0.1, a cross-entropy near 5), so
+    each method's loss is divided by its own first-epoch mean: the panel compares how far each loss
+    falls, on one axis.
 
     Args:
         logs: per-epoch logs from :func:`~dmlbench.report.collect.load_logs`.
@@ -135,9 +146,9 @@ def plot_training_curves(logs: pd.DataFrame, out_png: str | Path, spec: TableSpe
                 if runs.empty:
                     continue
                 style = _style(methods, method)
-                handles[method] = _curve(ax_loss, runs, "loss", 1.0, style)
+                handles[method] = _curve(ax_loss, runs, "loss", 1.0 / _first_epoch_mean(runs, "loss"), style)
                 _curve(ax_r1, runs, "val_R@1", 100.0, style)
-            ax_loss.set(title=f"{name}: training loss", xlabel="epoch", ylabel="loss")
+            ax_loss.set(title=f"{name}: training loss", xlabel="epoch", ylabel="loss / its epoch-1 value")
             ax_r1.set(title=f"{name}: validation R@1", xlabel="epoch", ylabel="R@1 (%)")
             for ax in (ax_loss, ax_r1):
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))

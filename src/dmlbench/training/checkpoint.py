@@ -25,20 +25,34 @@ class CheckpointError(DmlbenchError, ValueError):
     """A checkpoint file cannot be read; the message names it and what to do."""
 
 
-def load_checkpoint(path: str | os.PathLike[str], remedy: str = "re-create it with `dmlbench train`") -> dict[str, Any]:
+#: entries of a finished run's ``checkpoint.pt`` that every reader needs.
+RUN_CHECKPOINT_KEYS = ("run", "model")
+#: entries of a resume checkpoint (``.scratch/…/last.pt``) checked before it is trusted.
+RESUME_CHECKPOINT_KEYS = ("digest", "epoch")
+
+
+def load_checkpoint(path: str | os.PathLike[str], remedy: str = "re-create it with `dmlbench train`",
+                    required: tuple[str, ...] = RUN_CHECKPOINT_KEYS) -> dict[str, Any]:
     """Load a checkpoint written by this project, tensors and plain Python types only.
 
     Args:
         remedy: what the error message tells the user to do with an unreadable file.
+        required: top-level entries the file must have (a dict); a file without them is a CheckpointError.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: checkpoint not found; run `dmlbench train` for this run first")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt or foreign files
         raise CheckpointError(
             f"{path}: not a readable dmlbench checkpoint ({type(err).__name__}: {err}); {remedy}") from err
+    missing = list(required) if not isinstance(checkpoint, dict) else [k for k in required if k not in checkpoint]
+    if missing:
+        found = sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        raise CheckpointError(f"{path}: not a dmlbench checkpoint: no {', '.join(repr(k) for k in missing)} "
+                              f"entry (found {found}); {remedy}")
+    return checkpoint
 
 
 def config_digest(run: Mapping[str, Any]) -> str:

@@ -49,10 +49,6 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     ``num_parameters``, ``gflops`` (per test image) and the recipe's training summary.
     """
     checkpoint = load_checkpoint(checkpoint_path)
-    missing = [key for key in ("run", "model") if key not in checkpoint]
-    if missing:
-        raise CheckpointError(f"{checkpoint_path}: no {' or '.join(missing)} entry: not a checkpoint written by "
-                              f"`dmlbench train`; train the run again to re-create it")
     trained = checkpoint["run"]
     run = trained if run is None else run
     differences = reuse_differences(trained, run)

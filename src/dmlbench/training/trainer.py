@@ -32,10 +32,11 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from dmlbench.atomic import write_text_atomic
+from dmlbench.config import ConfigError
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation import recall_at_k
 from dmlbench.methods import Recipe, TrainContext, build_recipe
-from dmlbench.training.checkpoint import atomic_torch_save, config_digest, load_checkpoint
+from dmlbench.training.checkpoint import RESUME_CHECKPOINT_KEYS, atomic_torch_save, config_digest, load_checkpoint
 from dmlbench.training.data import RunData, load_run_data
 from dmlbench.training.optim import build_optimizer, build_scheduler
 from dmlbench.training.seeding import derive_seed, seed_everything
@@ -70,10 +71,24 @@ class TrainResult:
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; otherwise the named device."""
+    """``auto`` → CUDA when available, else CPU; otherwise the named device, which must exist here.
+
+    Raises:
+        ConfigError: ``training.device`` is not a device name, or names a device this machine lacks.
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise ConfigError(f"training.device = {name!r} is not a device name; use auto, cpu, cuda, cuda:N or mps"
+                          ) from err
+    available = {"cpu": 1, "cuda": torch.cuda.device_count(), "mps": int(torch.backends.mps.is_available())}
+    count = available.get(device.type, 0)
+    if (device.index or 0) >= count:
+        raise ConfigError(f"training.device = {name!r}, but this machine has {count} {device.type} device(s); "
+                          f"set training.device: auto (CUDA when present, else CPU) or cpu")
+    return device
 
 
 def place_model(model: nn.Module, training: Mapping[str, Any], device: torch.device) -> nn.Module:
@@ -165,7 +180,8 @@ class Trainer:
         if not self.scratch.is_file():
             return False
         state = load_checkpoint(self.scratch, remedy="it is this run's resume checkpoint (a write cut short?): "
-                                                      "delete it to train the run from its first epoch")
+                                                      "delete it to train the run from its first epoch",
+                                required=RESUME_CHECKPOINT_KEYS)
         if state.get("digest") != self.digest:
             tqdm.write(f"[dmlbench] {self.scratch}: left by a different configuration; starting afresh")
             return False

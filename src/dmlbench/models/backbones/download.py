@@ -71,5 +71,5 @@ def download_weights(backbone: str, weights: str = "imagenet", directory: Path |
         raise PretrainedWeightsError(f"{backbone}: pretrained: package comes from a Python package: {hint}")
     if not (weights == "imagenet" or weights.startswith("imagenet:")):
         raise PretrainedWeightsError(f"{backbone}: --weights must be imagenet or imagenet:VARIANT, got {weights!r}")
-    _variant, remote = imagenet_remote(weights, layout)
+    _variant, remote = imagenet_remote(weights, layout, key="--weights")
     return fetch_remote(remote, directory or hub_checkpoint_dir())

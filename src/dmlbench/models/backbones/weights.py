@@ -159,21 +159,24 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def imagenet_remote(spec: str, layout: WeightLayout) -> tuple[str, RemoteFile]:
+def imagenet_remote(spec: str, layout: WeightLayout,
+                    key: str = "training.backbone.pretrained") -> tuple[str, RemoteFile]:
     """``(variant, published file)`` of an ``imagenet[:VARIANT]`` spec; plain ``imagenet`` is the first variant.
+
+    ``key`` is where the spec came from, for the error message (a params key or a CLI option).
 
     Raises:
         PretrainedWeightsError: the backbone has no published weights, or the variant is unknown.
     """
     if not layout.imagenet:
         raise PretrainedWeightsError(
-            f"{layout.name}: no published ImageNet weights are known for this backbone; "
-            f"use pretrained: null (random init) or a local file path"
+            f"{key} = {spec!r}, but {layout.name} has no published ImageNet weights; "
+            f"set it to null (random init), a local weights file, or a pretraining stage's name (e.g. synthetic)"
         )
     variant = spec.partition(":")[2] or next(iter(layout.imagenet))
     if variant not in layout.imagenet:
         raise PretrainedWeightsError(
-            f"{layout.name}: unknown ImageNet weights {spec!r}; known: "
+            f"{key} = {spec!r}: {layout.name} has no such ImageNet weights; known: "
             + ", ".join(f"imagenet:{v}" for v in layout.imagenet)
         )
     return variant, layout.imagenet[variant]

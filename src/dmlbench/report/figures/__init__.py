@@ -26,6 +26,7 @@ FIGURE_KINDS: dict[str, str] = {
     "similarity_histogram": "dmlbench.report.figures.similarity_histogram",
     "attention_maps": "dmlbench.report.figures.attention_maps",
     "cluster_distances": "dmlbench.report.figures.cluster_distances",
+    "retrieval_grid": "dmlbench.report.figures.retrieval_grid",
 }
 
 

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from dmlbench.config import ConfigError
 from dmlbench.report.plots import _plain, _style_context, _write_png
 
-from .common import check_methods, figure_seeds, method_label, require, run_file
+from .common import check_methods, figure_seeds, method_label, prepared_dir, require, run_file
 
 CELL_IN = 1.6
 
@@ -35,7 +35,7 @@ def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> Non
 
 def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     seed = figure_seeds(config, spec)[0]
-    return [run_file(spec["dataset"], spec["method"], seed, "checkpoint.pt"), f"data/prepared/{spec['dataset']}"]
+    return [run_file(spec["dataset"], spec["method"], seed, "checkpoint.pt"), prepared_dir(spec["dataset"])]
 
 
 def first_of_classes(labels: np.ndarray, count: int) -> list[int]:

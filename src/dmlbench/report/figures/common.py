@@ -13,6 +13,7 @@ from dmlbench.config import ConfigError, has_training, logs_epochs, resolve_meth
 from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH
 
 RUNS_DIR = Path("results/runs")
+PREPARED_DIR = Path("data/prepared")
 
 
 def figure_seeds(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[int]:
@@ -23,6 +24,11 @@ def figure_seeds(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[int
 def run_file(dataset: str, method: str, seed: int, filename: str) -> str:
     """``results/runs/<dataset>/<method>/seed<k>/<filename>`` (the workflow's layout)."""
     return str(RUNS_DIR / dataset / method / f"seed{seed}" / filename)
+
+
+def prepared_dir(dataset: str) -> str:
+    """``data/prepared/<dataset>``: the prepared dataset (``manifest.csv`` and its images), rule prepare's output."""
+    return str(PREPARED_DIR / dataset)
 
 
 def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str, *,

@@ -1,0 +1,83 @@
+"""What exists: methods, tables, figures, datasets and backbones, one line each (``dmlbench list``),
+and the "did you mean" suggestion for a mistyped name.
+
+>>> did_you_mean("tripplet", ["triplet", "margin", "dnc"])
+" (did you mean 'triplet'?)"
+>>> did_you_mean("zzz", ["triplet"])
+''
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+#: What ``dmlbench list`` can list.
+KINDS: tuple[str, ...] = ("methods", "tables", "figures", "datasets", "backbones")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``known`` names, or ``""`` when none is close."""
+    matches = difflib.get_close_matches(name, [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+def _method_line(config: Mapping[str, Any], name: str) -> str:
+    from dmlbench.config import ensemble_spec, resolve_method
+
+    method = resolve_method(config, name)
+    ensemble = ensemble_spec(config, name)
+    if ensemble is not None:
+        what = f"ensemble of {ensemble[1]} × {ensemble[0]}"
+    elif method.get("recipe") == "reference":
+        what = "reference row (not trained)"
+    else:
+        what = f"recipe {method['recipe']}, loss {method['loss']['name']}"
+    if "checkpoint_of" in config["methods"][name]:
+        what += f", re-embeds {config['methods'][name]['checkpoint_of']}'s checkpoint"
+    return f"{method.get('label', name)}: {what}"
+
+
+def _table_line(spec: Mapping[str, Any]) -> str:
+    return f"{spec.get('title', '')} ({len(spec['methods'])} methods on {', '.join(spec['datasets'])})"
+
+
+def _figure_line(spec: Mapping[str, Any]) -> str:
+    return f"{spec.get('title', '')} ({spec['kind']} on {spec['dataset']})"
+
+
+def _dataset_line(spec: Mapping[str, Any]) -> str:
+    return f"{spec.get('label', '')} (kind {spec['kind']})"
+
+
+def _backbone_lines() -> dict[str, str]:
+    from dmlbench.models.backbones import BACKBONES
+
+    return {name: plain_text((build.__doc__ or "").strip().split("\n")[0]) for name, build in BACKBONES.items()}
+
+
+def plain_text(text: str) -> str:
+    """A docstring line without reStructuredText markup (double backticks), for the console.
+
+    >>> plain_text("Stages ``stem, pool``.")
+    'Stages stem, pool.'
+    """
+    return text.replace("``", "")
+
+
+def catalog(config: Mapping[str, Any], kind: str) -> dict[str, str]:
+    """``{name: one-line description}`` of every ``kind`` (one of :data:`KINDS`) in ``config``, in file order.
+
+    Raises:
+        ValueError: an unknown ``kind`` (with a suggestion).
+    """
+    if kind == "backbones":
+        return _backbone_lines()
+    describe = {"methods": lambda name: _method_line(config, name),
+                "tables": lambda name: _table_line(config["tables"][name]),
+                "figures": lambda name: _figure_line(config["figures"][name]),
+                "datasets": lambda name: _dataset_line(config["datasets"][name])}
+    if kind not in describe:
+        raise ValueError(f"cannot list {kind!r}{did_you_mean(kind, KINDS)}; choose one of {', '.join(KINDS)}")
+    return {name: describe[kind](name) for name in config.get(kind, {})}
