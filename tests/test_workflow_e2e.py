@@ -118,9 +118,13 @@ def test_dvc_repro_builds_the_table_and_reruns_only_the_edited_method(project: P
 
 def test_snakemake_reruns_only_the_edited_method(project: Path):
     # DVC's runs leave no Snakemake metadata (the params a job ran with): rebuild under Snakemake first
-    run([str(BIN / "snakemake"), "--cores", "2", "--forceall", "results/tables/table1.tex"], project)
+    built = run([str(BIN / "snakemake"), "--cores", "2", "--forceall", "results/tables/table1.tex"], project)
+    # the run ends (onsuccess, on stdout; Snakemake's log is on stderr) with the table it rebuilt, as text
+    assert "results/tables/table1.tex (also .csv, .md, .html):" in built
+    assert re.search(r"^Triplet +\*?\d+\.\d ± \d+\.\d", built, flags=re.M)
     set_param(project, ["methods", "norm_softmax", "loss", "temperature"], 0.1)
     dry = run([str(BIN / "snakemake"), "-n", "--cores", "1", "results/tables/table1.tex"], project)
+    assert "(also .csv, .md, .html)" not in dry  # a dry run prints no table
     jobs = re.findall(r"^rule (\w+):\n(?:.*\n)*?\s+wildcards: (.*)$", dry, flags=re.M)
     assert sorted(rule for rule, _ in jobs) == ["embed", "evaluate", "report", "train"]
     assert all("method=norm_softmax" in wildcards for rule, wildcards in jobs if rule != "report")

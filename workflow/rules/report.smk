@@ -1,4 +1,11 @@
-# report: every run of a table → results/tables/<table>.{tex,csv,md,html} and its plots.
+# report: every run of a table → results/tables/<table>.{tex,csv,md,html} and its plots; a run that
+# (re)built tables ends by printing them (onsuccess below).
+
+import time
+
+from dmlbench.report import read_cells_csv, render_text
+
+WORKFLOW_START = time.time()
 
 
 def report_keys(table):
@@ -43,3 +50,11 @@ rule report:
     shell:
         "{DMLBENCH} report {wildcards.table} --tables-dir results/tables --plots-dir results/plots"
         " {CONFIG_ARGS} > {log} 2>&1"
+
+
+onsuccess:
+    # the tables this run (re)wrote, as text, after Snakemake's last line ("N of N steps done")
+    for _table in config["tables"]:
+        _csv = Path(f"results/tables/{_table}.csv")
+        if _csv.is_file() and _csv.stat().st_mtime >= WORKFLOW_START:
+            print(f"\nresults/tables/{_table}.tex (also .csv, .md, .html):\n{render_text(read_cells_csv(_csv))}")
