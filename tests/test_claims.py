@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dmlbench.config import ConfigError, load_yaml, validate_config
+from dmlbench.config import ConfigError, merge_params, validate_config
 from dmlbench.methods.health import HealthCheck
 from dmlbench.report.claims import Claim, claim_runs, evaluate_claims, write_claims
 
@@ -49,7 +48,7 @@ def test_a_missing_metric_names_the_method_key_and_seeds() -> None:
 
 
 def make_config(tmp_path: Path) -> dict:
-    config = copy.deepcopy(load_yaml(PARAMS))
+    config = merge_params([PARAMS])
     config["claims"] = {"dataset": "synthetic", "items": [
         {"id": "abe_vs_heads", "paper": "ABE", "claim": "ABE-8 > 8-heads", "reported": "60.6 vs 56.0 (Tab. 1)",
          "metric": "R@1", "higher": "abe8", "lower": "heads8", "seeds": [0, 1]},

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from conftest import REPO
 
 import dmlbench.evaluation as evaluation
 from dmlbench import __version__
 from dmlbench.cli import build_parser, main
+from dmlbench.config import merge_params
 
 
 def test_unknown_dataset_is_a_clear_error(capsys):
@@ -91,7 +91,7 @@ def test_list_names_every_entry_on_one_line(capsys, kind: str, line: str):
     out = capsys.readouterr().out
     assert re.search(line, out, flags=re.M)
     if kind != "backbones":
-        defined = yaml.safe_load((REPO / "params.yaml").read_text())[kind]
+        defined = merge_params([REPO / "params.yaml"])[kind]
         assert [row.split()[0] for row in out.splitlines()] == list(defined)
 
 

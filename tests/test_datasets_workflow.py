@@ -27,6 +27,7 @@ import yaml
 from conftest import REPO
 from datasets_fakes import make_cub
 from dmlbench.cli import main as cli_main
+from dmlbench.config import merge_params
 from dmlbench.data import cub200
 from dmlbench.data.download import Archive, DownloadError, download, extract_archives, fetch_archive
 from dmlbench.data.manifest import read_manifest
@@ -188,7 +189,7 @@ def test_download_true_for_a_dataset_by_request_explains_the_manual_route(kind, 
 
 def test_prepare_cli_reports_a_missing_archive_without_a_traceback(tmp_path, capsys):
     params = tmp_path / "params.yaml"
-    config = yaml.safe_load((REPO / "params.yaml").read_text())
+    config = merge_params([REPO / "params.yaml"])  # with its experiments: one self-contained file
     config["datasets"]["cub200"].update(download=True, raw_dir=str(tmp_path / "raw"))
     params.write_text(yaml.safe_dump(config))
     assert cli_main(["prepare", "cub200", "--out", str(tmp_path / "out"), "--config", str(params)]) == 2

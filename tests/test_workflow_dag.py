@@ -19,7 +19,8 @@ import make_dvc_yaml as m
 jobs = m.snakemake_jobs(m.default_targets())
 names = m.stage_names(jobs)
 print(json.dumps([dict(rule=j.rule, name=names[j], command=j.spec.command, inputs=j.spec.inputs,
-                       outputs=j.spec.outputs, logs=j.spec.logs, params=j.spec.params,
+                       outputs=j.spec.outputs, logs=j.spec.logs, params=[key for _, key in j.spec.params],
+                       param_files=j.spec.params,
                        code=m.code_deps(m.subcommand(j.spec.command))) for j in jobs]))
 """
 
@@ -43,6 +44,7 @@ def dvc_stages() -> dict[str, dict]:
             "cmd": stage.cmd,
             "deps": {str(d.def_path) for d in stage.deps if not hasattr(d, "params")},
             "params": {key for d in stage.deps if hasattr(d, "params") for key in d.params},
+            "param_files": {(str(d.def_path), key) for d in stage.deps if hasattr(d, "params") for key in d.params},
             "outs": set(outs),
             "metrics": {path for path, o in outs.items() if o.metric},
             "plots": {path: o.plot for path, o in outs.items() if o.plot},
@@ -67,6 +69,19 @@ def test_one_stage_per_job_with_the_same_command_inputs_outputs_and_params(snake
         assert stage["outs"] == set(job["outputs"]) | set(job["logs"]), job["name"]
         assert stage["uncached"] == set(job["logs"]), job["name"]
         assert stage["params"] == set(job["params"]), job["name"]
+        assert stage["param_files"] == {tuple(pair) for pair in job["param_files"]}, job["name"]
+
+
+def test_params_are_declared_under_the_file_that_sets_them(snakemake_jobs, dvc_stages):
+    """DVC reads params per file: an experiments file's keys are declared under it, params.yaml's under it."""
+    from dmlbench.config import defines, params_sources
+
+    sources = {str(path.relative_to(REPO)): data for path, data in params_sources(REPO / "params.yaml")}
+    declared = {pair for stage in dvc_stages.values() for pair in stage["param_files"]}
+    assert all(defines(sources[file], key) for file, key in declared)
+    assert {("params.yaml", "methods.margin.loss"), ("workflow/experiments/dnc.yaml", "methods.dnc.options"),
+            ("workflow/experiments/mpn.yaml", "methods.mpn.options"), ("params.yaml", "tables.table1"),
+            ("workflow/experiments/abe.yaml", "tables.abe_table1")} <= declared
 
 
 def test_dvc_yaml_is_templated_one_foreach_stage_per_rule_and_template(snakemake_jobs):
@@ -120,9 +135,9 @@ def test_templates_give_their_jobs_back():
     expected = "results/runs/${item.dataset}/${item.method}/seed${item.seed}/log.csv"
     assert m.templated(path, wildcards, literals) == expected
     assert m.templated("methods.triplet_wide.loss", wildcards, literals) == "methods.triplet_wide.loss"
-    spec = m.Spec("cmd --threads 1", (path,), (), (), ("methods.triplet.loss",))
+    spec = m.Spec("cmd --threads 1", (path,), (), (), (("params.yaml", "methods.triplet.loss"),))
     template = m.Spec("cmd --threads 1", (m.templated(path, wildcards, literals),), (), (),
-                      (m.templated("methods.triplet.loss", wildcards, literals),))
+                      (("params.yaml", m.templated("methods.triplet.loss", wildcards, literals)),))
     assert m.instantiate(template, wildcards) == spec
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, {str(SCRIPT.parent)!r})
 import make_dvc_yaml as m
 jobs = m.snakemake_jobs(sys.argv[2:], [Path(sys.argv[1])])
-print(json.dumps([dict(rule=j.rule, wildcards=dict(j.wildcards), inputs=j.spec.inputs, params=j.spec.params)
+print(json.dumps([dict(rule=j.rule, wildcards=dict(j.wildcards), inputs=j.spec.inputs,
+                  params=[key for _, key in j.spec.params])
                   for j in jobs]))
 """
 

@@ -1,8 +1,12 @@
-"""Parameters: ``params.yaml`` plus overlays, validated by a JSON schema.
+"""Parameters: ``params.yaml``, its experiments files and overlays, validated by a JSON schema.
 
-``params.yaml`` is the configuration of both Snakemake and DVC. Overlays
-(``--configfile`` in Snakemake, ``--config`` here) are deep-merged on top of it
-in order: mappings merge key by key, everything else (lists included) is
+``params.yaml`` is the configuration of both Snakemake and DVC. Its ``experiments:`` list names
+the experiments files (``workflow/experiments/<paper>.yaml``, paths relative to its folder): each
+adds a paper's methods, tables and figures, and is merged right after ``params.yaml``, in the
+listed order (:func:`params_sources`). An experiments file only adds entries: redefining an entry
+of ``params.yaml`` or of another experiments file is a :class:`ConfigError` naming both files.
+Overlays (``--configfile`` in Snakemake, ``--config`` here) are deep-merged on top of them
+in order, and do override: mappings merge key by key, everything else (lists included) is
 replaced.
 
 A *run* is (dataset, method, seed). Its training settings are resolved as
@@ -41,6 +45,10 @@ from dmlbench.errors import DmlbenchError
 SCHEMA_RESOURCE = "params.schema.json"
 #: entries (of a method or a dataset) that only name things or steer the report; they never change a run.
 PRESENTATION_KEYS = ("label", "recall_ks")
+#: the top-level key of a parameter file that lists its experiments files (consumed by :func:`params_sources`).
+EXPERIMENTS_KEY = "experiments"
+#: the sections an experiments file may define; each entry of them is defined by one file only.
+EXPERIMENT_SECTIONS = ("methods", "tables", "figures")
 #: stands for a key that one of two compared mappings does not have (:func:`differing_keys`).
 _ABSENT = object()
 
@@ -192,15 +200,88 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     check_claims(config, source)
 
 
-def load_config(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """Load ``params.yaml`` and overlays (in order), merge and validate them."""
+def _experiments_files(path: Path, listed: Any) -> list[Path]:
+    """The experiments files that ``path``'s ``experiments:`` lists, relative to its folder (schema-checked)."""
+    validator = jsonschema.Draft202012Validator(schema()["properties"][EXPERIMENTS_KEY])
+    error = jsonschema.exceptions.best_match(validator.iter_errors(listed))
+    if error is not None:
+        raise ConfigError(f"{path}: {EXPERIMENTS_KEY}: {error.message} (a list of YAML files, relative to "
+                          f"{path.parent})")
+    return [path.parent / name for name in listed]
+
+
+def _load_experiments_file(path: Path) -> dict[str, Any]:
+    """One experiments file: a mapping of :data:`EXPERIMENT_SECTIONS` only."""
+    data = load_yaml(path)
+    extra = [key for key in data if key not in EXPERIMENT_SECTIONS]
+    if extra:
+        raise ConfigError(f"{path}: an experiments file defines only {list(EXPERIMENT_SECTIONS)}; it sets "
+                          f"{extra}{did_you_mean(str(extra[0]), EXPERIMENT_SECTIONS)} (defaults and datasets "
+                          "belong in params.yaml, overrides in an overlay)")
+    return data
+
+
+def _check_unique_entries(sources: Sequence[tuple[Path, Mapping[str, Any]]]) -> None:
+    """No entry of :data:`EXPERIMENT_SECTIONS` is defined by two of ``sources`` (a parameter file and its
+    experiments files): merging would silently keep the later one."""
+    owners: dict[tuple[str, str], Path] = {}
+    for path, data in sources:
+        for name in EXPERIMENT_SECTIONS:
+            for entry in data.get(name) or {}:
+                first = owners.setdefault((name, entry), path)
+                if first != path:
+                    raise ConfigError(f"{path}: {name}.{entry} is already defined in {first}; an experiments file "
+                                      "adds entries, it does not redefine them: rename one (an overlay, passed "
+                                      "after params.yaml, is the way to override an entry)")
+
+
+def params_sources(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """A parameter file and the experiments files it lists, each ``(path, its own content)``, in merge
+    order: the file itself (without ``experiments``), then its experiments files in the listed order.
+
+    Raises:
+        ConfigError: a malformed list, a missing or malformed experiments file, or an entry of
+            ``methods``, ``tables`` or ``figures`` defined by two of these files (naming both).
+    """
+    path = Path(path)
+    data = load_yaml(path)
+    listed = data.pop(EXPERIMENTS_KEY, [])
+    sources = [(path, data), *((file, _load_experiments_file(file)) for file in _experiments_files(path, listed))]
+    _check_unique_entries(sources)
+    return sources
+
+
+def merge_params(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """``params.yaml`` and overlays (in order), each followed by its experiments files, deep-merged
+    (not validated: see :func:`load_config`)."""
     if not paths:
         raise ConfigError("no parameter file given (expected params.yaml and optional overlays)")
     merged: dict[str, Any] = {}
     for path in paths:
-        merged = deep_merge(merged, load_yaml(path))
+        for _, data in params_sources(path):
+            merged = deep_merge(merged, data)
+    return merged
+
+
+def load_config(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """Load ``params.yaml`` with its experiments files and the overlays (in order), merge and validate them."""
+    merged = merge_params(paths)
     validate_config(merged, source=" + ".join(str(p) for p in paths))
     return merged
+
+
+def defines(data: Mapping[str, Any], key: str) -> bool:
+    """Whether a parameter file's own content ``data`` sets the dotted ``key`` (or a part of it).
+
+    >>> defines({"methods": {"mpn": {"loss": {"name": "x"}}}}, "methods.mpn.loss"), defines({"seeds": [0]}, "training")
+    (True, False)
+    """
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def section(config: Mapping[str, Any], *keys: str) -> Any:

@@ -7,19 +7,17 @@ from pathlib import Path
 
 from dmlbench.config import (
     PRESENTATION_KEYS,
+    deep_merge,
     logs_epochs,
     checkpoint_source,
     ensemble_spec,
+    merge_params,
     method_chain,
     resolve_method,
     validate_config,
 )
 from dmlbench.evaluation.ensemble import member_seeds
 from dmlbench.methods.validation import check_planned_methods
-
-validate_config(config, source="snakemake config (params.yaml + overlays)")
-# every planned run's recipe, options, loss and backbone name, so that `snakemake -n` catches them
-check_planned_methods(config, source="snakemake config (params.yaml + overlays)")
 
 # Every rule calls the same CLI with the same parameter files Snakemake read, from the
 # environment that runs Snakemake (so `.venv/bin/snakemake` works without activating it).
@@ -28,6 +26,16 @@ os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get(
 # overlays must win: pass params.yaml first, then the overlays in their command-line order.
 BASE_CONFIG = "params.yaml"
 OVERLAYS = [path for path in workflow.configfiles if Path(path).resolve() != Path(BASE_CONFIG).resolve()]
+
+# Snakemake merged params.yaml and the overlays but knows nothing of params.yaml's experiments files:
+# `config` becomes what the CLI reads (params.yaml, its experiments files, the overlays), with the
+# command line's `--config KEY=VALUE` last as before. In place: the rules hold this very mapping.
+_merged = deep_merge(merge_params([BASE_CONFIG, *OVERLAYS]), workflow.config_settings.overwrite_config or {})
+config.clear()
+config.update(_merged)
+validate_config(config, source="snakemake config (params.yaml + experiments + overlays)")
+# every planned run's recipe, options, loss and backbone name, so that `snakemake -n` catches them
+check_planned_methods(config, source="snakemake config (params.yaml + experiments + overlays)")
 # shell-quoted: an overlay path with a space or a quote must not split (the shell would fail the job
 # after Snakemake has already removed its old outputs)
 CONFIG_ARGS = " ".join(f"--config {shlex.quote(str(path))}" for path in [BASE_CONFIG, *OVERLAYS])
