@@ -9,34 +9,41 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import tiny_run
 from PIL import Image
 
-from dmlbench.losses import BinomialDevianceLoss
-from dmlbench.losses.deml_adversary import AdversaryNetwork, contrastive_hinge_diversity, grad_reverse
-from dmlbench.losses.deml_loss import DeMLLoss, activation_decay, nontrivial_solution_penalty
 from dmlbench.config import resolve_run
+from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.manifest import ManifestError
+from dmlbench.data.transforms import eval_transform
+from dmlbench.losses import BinomialDevianceLoss
+from dmlbench.losses.deml_adversary import (
+    AdversaryNetwork,
+    contrastive_hinge_diversity,
+    grad_reverse,
+)
+from dmlbench.losses.deml_loss import (
+    DeMLLoss,
+    activation_decay,
+    nontrivial_solution_penalty,
+)
 from dmlbench.methods import OptionsError, build_recipe
-from dmlbench.methods.deml import DeMLOptions
+from dmlbench.methods.base import TrainContext
+from dmlbench.methods.deml import HEALTH_KEYS, DeMLOptions, oam_health, transformed_box
+from dmlbench.methods.health import failed_checks
 from dmlbench.models.deml_attention import (
     ChannelAttention,
     attention_box,
     connected_components,
     crop_and_zoom,
     largest_component,
-    object_saliency,
     oam_saliency,
+    object_saliency,
     paste_into_image,
     random_walk_saliency,
     transition_matrix,
 )
-from dmlbench.data.dataset import ImageDataset
-from dmlbench.data.transforms import eval_transform
-from dmlbench.methods.base import TrainContext
-from dmlbench.methods.deml import HEALTH_KEYS, oam_health, transformed_box
-from dmlbench.methods.health import failed_checks
 from dmlbench.training.trainer import train_run
-
-from conftest import tiny_run
 
 DEML = {"label": "DeML", "recipe": "deml", "loss": {"name": "binomial", "alpha": 2.0, "beta": 0.5, "neg_weight": 35.0}}
 
@@ -455,6 +462,16 @@ class _FixedOAM(torch.nn.Module):
 
     def first_proposal(self, images):
         return self.map.expand(len(images), -1, -1), self.crop.expand(len(images), 4)
+
+
+@pytest.mark.parametrize("box", [[24.0, 0.0, 5.0, 5.0], [0.0, 30.0, 5.0, 5.0], [-9.0, 2.0, 9.0, 5.0]])
+def test_a_box_outside_its_image_is_named_not_measured(params, tmp_path, box):
+    """A box wholly outside the 24×24 image would count as an object the crop misses: a silent
+    drop of DeML's crop_contains_object. A box overrunning the border (real CUB has some) is clipped."""
+    context = _boxed_context(tmp_path, deml_run(params))
+    with pytest.raises(ManifestError, match=r"0\.png: its bbox .* lies outside the 24×24 image"):
+        transformed_box(context.data.val, 0, np.array(box))
+    assert transformed_box(context.data.val, 0, np.array([20.0, 20.0, 9.0, 9.0])).tolist() == [18.0, 18.0, 20.0, 20.0]
 
 
 def test_oam_health_measures_the_object_in_the_transformed_image(params, tmp_path):

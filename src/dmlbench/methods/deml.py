@@ -47,8 +47,9 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 from torch import nn
 
-from dmlbench.losses import build_loss
 from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.manifest import ManifestError
+from dmlbench.losses import build_loss
 from dmlbench.losses.deml_loss import CODE_NTRI_WEIGHT, PAPER_NTRI_WEIGHT, DeMLLoss
 from dmlbench.methods.base import Recipe, TrainContext
 from dmlbench.methods.health import HealthCheck
@@ -327,11 +328,16 @@ def _health_rows(context: TrainContext) -> tuple[ImageDataset, np.ndarray, np.nd
 def transformed_box(dataset: ImageDataset, row: int, box: np.ndarray) -> torch.Tensor:
     """An (x, y, w, h) box of row ``row``'s image file, carried through the dataset's (deterministic)
     transform as a mask image: (x0, y0, x1, y1) pixels of the transformed image, end exclusive
-    (all zero when the box leaves the crop)."""
+    (all zero when the box leaves the crop). A box partly outside the image is clipped to it (real
+    boxes overrun the border by a pixel); one wholly outside is a :class:`ManifestError`."""
     with Image.open(dataset.paths[row]) as image:
         size = image.size
-    mask = Image.new("L", size, 0)
     x, y, w, h = (float(v) for v in box)
+    if x >= size[0] or y >= size[1] or x + w <= 0 or y + h <= 0:
+        raise ManifestError(f"{dataset.paths[row]}: its bbox ({x:g} {y:g} {w:g} {h:g}) lies outside the "
+                            f"{size[0]}×{size[1]} image; the manifest's bbox must be in the pixels of the image "
+                            f"file: correct it, or re-run `dmlbench prepare <dataset>`")
+    mask = Image.new("L", size, 0)
     ImageDraw.Draw(mask).rectangle([x, y, x + w - 1, y + h - 1], fill=255)
     inside = dataset.transform(mask.convert("RGB"))[0] >= 0.5  # (H, W)
     rows, cols = inside.any(1).nonzero().flatten(), inside.any(0).nonzero().flatten()
