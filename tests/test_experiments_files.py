@@ -49,8 +49,9 @@ def test_the_split_merges_to_the_single_params_yaml_it_replaced(tmp_path):
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
     split, single = (added[-1], f"{added[-1]}^") if added else (None, "HEAD")
+    # merged without validation: today's schema may require keys that the historical files predate
     if split is None:
-        new = load_config([PARAMS])
+        new = merge_params([PARAMS])
     else:
         split_params = tmp_path / "split" / "params.yaml"
         split_params.parent.mkdir()
@@ -58,9 +59,9 @@ def test_the_split_merges_to_the_single_params_yaml_it_replaced(tmp_path):
         for name in load_yaml(split_params)["experiments"]:
             (split_params.parent / name).parent.mkdir(parents=True, exist_ok=True)
             (split_params.parent / name).write_text(git("show", f"{split}:{name}"))
-        new = load_config([split_params])
+        new = merge_params([split_params])
     (tmp_path / "params.yaml").write_text(git("show", f"{single}:params.yaml"))
-    old = load_config([tmp_path / "params.yaml"])
+    old = merge_params([tmp_path / "params.yaml"])
     for key in ("methods", "tables", "figures", "claims"):
         assert new[key] == old[key], key
     assert new == old

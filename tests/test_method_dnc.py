@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dmlbench.data.samplers import ClassBalancedBatchSampler
-from dmlbench.methods import OptionsError, build_recipe
+from dmlbench.methods import OptionsError, TrainContext, build_recipe
 from dmlbench.methods.dnc import MIN_CLUSTER_BALANCE, MIN_FIRST_NMI_EXCESS
 from dmlbench.methods.dnc_clustering import (
     ClusterBatchSampler,
@@ -140,7 +140,7 @@ def test_full_embedding_loss_switch_keeps_cluster_batches(params):
 
 def tiny_context(params: dict, manifest: Path) -> SimpleNamespace:
     data = load_run_data(tiny_run(params), manifest)
-    return SimpleNamespace(data=data, device=torch.device("cpu"), eval_batch_size=16)
+    return TrainContext(data=data, device=torch.device("cpu"), eval_batch_size=16)
 
 
 def test_warmup_trains_the_full_embedding_and_the_first_divide_epoch_clusters(params, tiny_manifest):
@@ -411,7 +411,7 @@ def test_clustering_does_not_disturb_the_training_random_stream(params, tiny_man
     recipe = build_recipe(run)
     data = load_run_data(run, tiny_manifest)
     model = recipe.build_model()
-    context = SimpleNamespace(data=data, device=torch.device("cpu"), eval_batch_size=16)
+    context = TrainContext(data=data, device=torch.device("cpu"), eval_batch_size=16)
     torch.manual_seed(5)
     recipe.on_epoch_start(1, model, context)
     after_clustering = torch.rand(3)
@@ -426,7 +426,7 @@ def test_grouping_variants(params, tiny_manifest, tmp_path):
     path = tmp_path / "families.csv"
     frame[["label", "family", "split"]].drop_duplicates().to_csv(path, index=False)
     data = load_run_data(tiny_run(params), tiny_manifest)
-    context = SimpleNamespace(data=data, device=torch.device("cpu"), eval_batch_size=16)
+    context = TrainContext(data=data, device=torch.device("cpu"), eval_batch_size=16)
     families = dnc_run(params, {"name": "triplet"}, num_clusters=2, grouping="class_families",
                        class_groups_file=str(path), class_groups_column="family")
     recipe = build_recipe(families)

@@ -42,6 +42,7 @@ SETTINGS = {
     "epochs": 70,
     "seeds": [0, 1],
     "datasets": ["Synthetic"],
+    "deterministic": True,
 }
 
 
@@ -299,6 +300,14 @@ def test_caption_states_a_setting_most_rows_share_once() -> None:
     rows = {name: SETTINGS for name in ("Triplet", "Margin", "D&C")}
     merged = merge_settings({**rows, "DeML": {**SETTINGS, "embedding_dim": 64}})
     assert r"embedding size 512 (DeML: 64);" in caption_text(merged)
+
+
+def test_caption_states_non_deterministic_kernels_only_when_used() -> None:
+    assert "deterministic" not in caption_text(SETTINGS)
+    assert "GPU kernels were not deterministic (training.deterministic: false): a rerun may differ" in caption_text(
+        {**SETTINGS, "deterministic": False})
+    merged = merge_settings({"Triplet": SETTINGS, "MPN": {**SETTINGS, "deterministic": False}})
+    assert "not deterministic (training.deterministic: false) for MPN: a rerun of those" in caption_text(merged)
 
 
 def test_caption_rejects_missing_or_unknown_settings() -> None:

@@ -121,7 +121,8 @@ def test_per_query_results_that_disagree_with_metrics_are_an_error(tmp_path: Pat
 
 def test_caption_states_interval_test_alpha_and_seeds() -> None:
     settings = {"protocol": "clean", "backbone": "small_cnn", "pretrained": False, "embedding_dim": 64,
-                "image_size": (64, 64), "epochs": 3, "seeds": [0, 1, 2], "datasets": ["Synthetic"]}
+                "image_size": (64, 64), "epochs": 3, "seeds": [0, 1, 2], "datasets": ["Synthetic"],
+                "deterministic": True}
     text = caption_text(settings)
     for fragment in ("95 \\% confidence interval (percentile bootstrap, 1000 replicates",
                      "3 seeds resampled, then test queries within each seed", "NMI and other per-run numbers: seeds",

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
-
-from dmlbench.training.checkpoint import load_checkpoint
-from dmlbench.training.trainer import NonFiniteLossError, train_run
-
 from conftest import tiny_run
+from torch.utils.data import DataLoader
+
+import dmlbench.training.embedding as embedding
+from dmlbench.training.checkpoint import load_checkpoint
+from dmlbench.training.embed import embed_run
+from dmlbench.training.seeding import configure_determinism
+from dmlbench.training.trainer import NonFiniteLossError, train_run
 
 TIMING_COLUMNS = ["seconds", "images_per_s"]
 
@@ -141,3 +146,56 @@ def test_channels_last_lays_out_the_weights_and_trains_to_the_same_result_within
         results[name] = load_checkpoint(tmp_path / name / "checkpoint.pt")["model"]
     for key, value in results["plain"].items():
         torch.testing.assert_close(results["fast"][key], value, rtol=1e-3, atol=1e-4, msg=key)
+
+
+def test_loader_workers_reach_validation_and_leave_the_result_unchanged(params, tiny_manifest, tmp_path, monkeypatch):
+    """training.num_workers used to reach only the training loader: validation (every epoch) and
+    the embed step decoded every image in the main process."""
+    workers_seen: list[int] = []
+
+    def recording_loader(*args, **kwargs):
+        workers_seen.append(kwargs["num_workers"])
+        return DataLoader(*args, **kwargs)
+
+    monkeypatch.setattr(embedding, "DataLoader", recording_loader)
+    logs = {}
+    for workers in (0, 2):
+        run = tiny_run(params, epochs=2)
+        run["training"]["num_workers"] = workers
+        out = tmp_path / f"w{workers}"
+        train_run(run, tiny_manifest, out, tmp_path / f"s{workers}", progress=False)
+        embed_run(out / "checkpoint.pt", tiny_manifest, out / "embeddings.npz")
+        logs[workers] = pd.read_csv(out / "log.csv")["val_R@1"].tolist()
+    assert workers_seen.count(2) == 3 and workers_seen.count(0) == 3  # 2 validations + the embed step, each
+    assert logs[2] == logs[0]
+
+
+def test_the_determinism_setting_switches_gpu_kernels_and_leaves_the_cpu_alone(monkeypatch):
+    """training.deterministic on a GPU: deterministic cuDNN/torch kernels or autotuning (set on a
+    CUDA device object; no GPU is needed to set the flags). On the CPU nothing changes."""
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", torch.backends.cudnn.deterministic)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        configure_determinism(False, torch.device("cpu"))
+        assert torch.are_deterministic_algorithms_enabled() == before
+        configure_determinism(False, torch.device("cuda"))
+        assert torch.backends.cudnn.benchmark and not torch.backends.cudnn.deterministic
+        assert not torch.are_deterministic_algorithms_enabled()
+        configure_determinism(True, torch.device("cuda"))
+        assert not torch.backends.cudnn.benchmark and torch.backends.cudnn.deterministic
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def test_metrics_record_whether_training_was_deterministic(params, tiny_manifest, tmp_path):
+    run = tiny_run(params, epochs=1)
+    run["training"]["deterministic"] = False  # a CPU run is deterministic all the same
+    train_run(run, tiny_manifest, tmp_path / "run", tmp_path / "scratch", progress=False)
+    arrays = np.load(embed_run(tmp_path / "run" / "checkpoint.pt", tiny_manifest, tmp_path / "e.npz"))
+    stats = dict(zip(arrays["stat_names"].tolist(), arrays["stat_values"].tolist(), strict=True))
+    assert stats["deterministic"] == 1.0 and stats["training_gpu"] == -1.0
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["device"] == "cpu"

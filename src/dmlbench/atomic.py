@@ -38,16 +38,17 @@ def check_output_path(path: Path) -> None:
                               f"move that file away or choose another output path")
 
 
-def _host() -> str:
-    """This machine's name as it appears in a temporary file's name (no dots)."""
+def host_name() -> str:
+    """This machine's name as it appears in temporary files' and lock folders' names (no dots)."""
     return socket.gethostname().replace(".", "_")
 
 
 def _owner_tag() -> str:
-    return f"{_host()}-{os.getpid()}"
+    return f"{host_name()}-{os.getpid()}"
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether a process ``pid`` of this machine is alive (one of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -65,7 +66,7 @@ def sweep_orphans(path: str | os.PathLike[str]) -> list[Path]:
     :data:`FOREIGN_ORPHAN_SECONDS`.
     """
     path = Path(path)
-    host = _host()
+    host = host_name()
     removed = []
     for candidate in path.parent.glob(f".{path.name}.*-*.*.tmp{path.suffix}"):
         owner = candidate.name[len(path.name) + 2:].split(".", 1)[0]
@@ -73,7 +74,7 @@ def sweep_orphans(path: str | os.PathLike[str]) -> list[Path]:
         if not pid.isdigit():
             continue
         if owner_host == host:
-            orphan = not _running(int(pid))
+            orphan = not process_running(int(pid))
         else:
             orphan = time.time() - candidate.stat().st_mtime > FOREIGN_ORPHAN_SECONDS
         if orphan:

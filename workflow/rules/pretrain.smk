@@ -59,6 +59,8 @@ rule pretrain:
             ],
         ),
     threads: 1
+    resources:
+        gpu=1,
     log:
         "results/logs/pretrain/{dataset}_{backbone}.log",
     shell:

@@ -51,11 +51,13 @@ class TrainContext:
         data: the run's datasets (:class:`~dmlbench.training.data.RunData`).
         device: the training device.
         eval_batch_size: batch size for no-gradient passes (``training.eval_batch_size``).
+        num_workers: loader processes of those passes (``training.num_workers``).
     """
 
     data: Any
     device: torch.device
     eval_batch_size: int
+    num_workers: int = 0
 
 
 class Recipe:
@@ -148,9 +150,11 @@ class Recipe:
         """Restore :meth:`state_dict`."""
 
     # --- test time ------------------------------------------------------------------------
-    def embed(self, model: nn.Module, dataset: ImageDataset, batch_size: int, device: torch.device) -> np.ndarray:
-        """Test-time embeddings (N, d) float32 of ``dataset`` in its order (default: ``model`` in eval mode)."""
-        return compute_embeddings(model, dataset, batch_size, device)
+    def embed(self, model: nn.Module, dataset: ImageDataset, batch_size: int, device: torch.device,
+              num_workers: int = 0) -> np.ndarray:
+        """Test-time embeddings (N, d) float32 of ``dataset`` in its order (default: ``model`` in eval mode),
+        decoded by ``num_workers`` loader processes."""
+        return compute_embeddings(model, dataset, batch_size, device, num_workers)
 
     def embedding_views(self, model: nn.Module) -> dict[str, tuple[int, int]]:
         """Named column ranges evaluated on their own besides the learners (e.g. ``scale1`` of DeML)."""

@@ -348,7 +348,7 @@ class DivideAndConquerRecipe(Recipe):
         module = model if self.options.cluster_space == "embedding" else _PooledFeatures(model)
         # The DataLoader draws a seed from torch's global RNG: keep the training stream untouched.
         with torch.random.fork_rng(devices=[]):
-            return compute_embeddings(module, dataset, context.eval_batch_size, context.device)
+            return compute_embeddings(module, dataset, context.eval_batch_size, context.device, context.num_workers)
 
     def _group(self, epoch: int, model: nn.Module, context: TrainContext) -> np.ndarray:
         """New (N,) cluster ids of the training rows for ``grouping``."""

@@ -297,9 +297,10 @@ class MPNRecipe(Recipe):
                                         KMeansSettings(seed=opts.test_seed))
         return cluster_batches(assignment, chunk, per_batch, rng)
 
-    def embed(self, model: nn.Module, dataset: ImageDataset, batch_size: int, device: torch.device) -> np.ndarray:
+    def embed(self, model: nn.Module, dataset: ImageDataset, batch_size: int, device: torch.device,
+              num_workers: int = 0) -> np.ndarray:
         """Backbone embeddings, or (``test_embedding: mpn``) their MPN refinement over test-time batches."""
-        embeddings = compute_embeddings(model, dataset, batch_size, device)
+        embeddings = compute_embeddings(model, dataset, batch_size, device, num_workers)
         if self.options.test_embedding == "backbone":
             return embeddings
         was_training = model.training

@@ -18,7 +18,8 @@ from typing import Any
 from .latex import escape_latex, latex_from_plain
 from .significance import method_text
 
-SETTING_KEYS = ("protocol", "backbone", "pretrained", "embedding_dim", "image_size", "epochs", "seeds", "datasets")
+SETTING_KEYS = ("protocol", "backbone", "pretrained", "embedding_dim", "image_size", "epochs", "seeds", "datasets",
+                "deterministic")
 
 PROTOCOLS = {
     "clean": (
@@ -161,6 +162,18 @@ def _protocol_text(value: Any) -> str:
     return f"{warning}: {which}. {definitions}"
 
 
+#: what a caption says of runs whose GPU kernels were not deterministic (``training.deterministic: false``).
+NOT_DETERMINISTIC = "GPU kernels were not deterministic (training.deterministic: false)"
+
+
+def _determinism_text(value: Any) -> str:
+    """Nothing when every run used deterministic kernels; else which rows did not."""
+    if not isinstance(value, Varying):
+        return "" if value else f"{NOT_DETERMINISTIC}: a rerun may differ slightly."
+    rows = [escape_latex(label) for label, deterministic in value.by_group.items() if not deterministic]
+    return f"{NOT_DETERMINISTIC} for {', '.join(rows)}: a rerun of those may differ slightly." if rows else ""
+
+
 def caption_text(settings: Mapping[str, Any]) -> str:
     """Build a LaTeX caption (already escaped) from the run settings.
 
@@ -170,7 +183,8 @@ def caption_text(settings: Mapping[str, Any]) -> str:
             ``training.selection`` = val / test / last), ``backbone`` (str), ``pretrained`` (bool, or a str naming the
             weights), ``embedding_dim``, ``image_size`` (``(train_crop, test_crop)``, a
             ``{"train", "test"}`` mapping, or one value), ``epochs``, ``seeds`` (list of
-            ints), ``datasets`` (list of display names). Any value may be a
+            ints), ``datasets`` (list of display names), ``deterministic`` (bool: whether the run's
+            kernels were deterministic; stated only when false). Any value may be a
             :class:`Varying` (see :func:`merge_settings`).
 
     Raises:
@@ -184,6 +198,7 @@ def caption_text(settings: Mapping[str, Any]) -> str:
     counts = {len(s) for s in seeds.by_group.values()} if isinstance(seeds, Varying) else {len(seeds)}
     sentences: Sequence[str] = (
         _protocol_text(settings["protocol"]),
+        _determinism_text(settings["deterministic"]),
         f"Datasets: {_render('datasets', settings['datasets'])}.",
         f"Backbone: {_render('backbone', settings['backbone'])}, {_render('pretrained', settings['pretrained'])}; "
         f"embedding size {_render('embedding_dim', settings['embedding_dim'])}; "
@@ -192,4 +207,4 @@ def caption_text(settings: Mapping[str, Any]) -> str:
         f"{_render('seeds', settings['seeds'])}.",
         latex_from_plain(method_text(counts)),
     )
-    return " ".join(sentences)
+    return " ".join(sentence for sentence in sentences if sentence)

@@ -50,6 +50,7 @@ def run_settings(run: Mapping[str, Any], seeds: list[int], dataset_label: str) -
         "epochs": training["epochs"],
         "seeds": list(seeds),
         "datasets": [dataset_label],
+        "deterministic": training["deterministic"] or training["device"] == "cpu",
     }
 
 

@@ -11,9 +11,11 @@ import numpy as np
 from dmlbench.atomic import atomic_output
 from dmlbench.config import ConfigError, training_differences
 from dmlbench.methods import build_recipe
+from dmlbench.placement import gpu_index
 from dmlbench.training.checkpoint import CheckpointError, load_checkpoint
 from dmlbench.training.data import load_run_data
 from dmlbench.training.model_stats import count_parameters, forward_gflops
+from dmlbench.training.seeding import configure_determinism, ran_deterministically
 from dmlbench.training.trainer import place_model, resolve_device
 
 
@@ -46,7 +48,10 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     when the dataset is query/gallery, ``learner_slices`` (M, 2) [start, stop)
     for multi-learner models, the recipe's named views (``view_names``,
     ``view_slices``), and stats (``stat_names``, ``stat_values``):
-    ``num_parameters``, ``gflops`` (per test image) and the recipe's training summary.
+    ``num_parameters``, ``gflops`` (per test image), ``deterministic`` (1 when the training run used
+    only deterministic kernels: on the CPU, or with ``training.deterministic`` on a GPU),
+    ``training_gpu`` (the CUDA device index the run trained on, -1 on the CPU) and the recipe's
+    training summary.
     """
     checkpoint = load_checkpoint(checkpoint_path)
     trained = checkpoint["run"]
@@ -65,9 +70,11 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
                               f"configuration changed since it was trained?): {str(err)[:500]}. Train the run "
                               f"again to re-create it") from err
     device = resolve_device(run["training"]["device"])
+    configure_determinism(run["training"]["deterministic"], device)
     model = place_model(model, run["training"], device)
     data = load_run_data(run, manifest_path)
-    embeddings = recipe.embed(model, data.test, run["training"]["eval_batch_size"], device)
+    embeddings = recipe.embed(model, data.test, run["training"]["eval_batch_size"], device,
+                              run["training"]["num_workers"])
     arrays: dict[str, np.ndarray] = {"embeddings": embeddings, "labels": data.test.labels}
     if set(data.test_split) != {"test"}:
         arrays["split"] = data.test_split.astype(str)
@@ -77,8 +84,11 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     if views:
         arrays["view_names"] = np.asarray(list(views), dtype=str)
         arrays["view_slices"] = np.asarray(list(views.values()), dtype=np.int64)
+    trained_on = checkpoint.get("device", "cpu")
     stats = {"num_parameters": float(count_parameters(model)),
              "gflops": forward_gflops(model, run["training"]["image"]["test_crop"]),
+             "deterministic": float(ran_deterministically(checkpoint["run"]["training"], trained_on)),
+             "training_gpu": float(gpu_index(trained_on)),
              **checkpoint.get("summary", {})}
     arrays["stat_names"] = np.asarray(list(stats), dtype=str)
     arrays["stat_values"] = np.asarray(list(stats.values()), dtype=np.float64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 
 import numpy as np
@@ -24,3 +25,31 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+
+
+def configure_determinism(deterministic: bool, device: torch.device) -> None:
+    """``training.deterministic`` on a GPU: deterministic cuDNN and torch kernels (no autotuning), or
+    cuDNN's autotuned, possibly non-deterministic, fastest kernels. A CPU run is deterministic either
+    way, so nothing changes there.
+
+    An operation without a deterministic GPU kernel warns instead of failing
+    (``warn_only=True``): the run goes on, and its log names the operation.
+    """
+    if device.type != "cuda":
+        return
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it for deterministic GEMMs
+    torch.backends.cudnn.benchmark = not deterministic
+    torch.backends.cudnn.deterministic = deterministic
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+
+
+def ran_deterministically(training: dict, device: str) -> bool:
+    """Whether a run on ``device`` (``"cpu"``, ``"cuda:0"``, …) with these training settings used only
+    deterministic kernels.
+
+    >>> autotuned = {"deterministic": False}
+    >>> ran_deterministically(autotuned, "cpu"), ran_deterministically(autotuned, "cuda:0")
+    (True, False)
+    """
+    return device.startswith("cpu") or bool(training.get("deterministic", True))

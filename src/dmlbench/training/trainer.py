@@ -36,10 +36,11 @@ from dmlbench.config import ConfigError
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation import recall_at_k
 from dmlbench.methods import Recipe, TrainContext, build_recipe
+from dmlbench.placement import claim_device
 from dmlbench.training.checkpoint import RESUME_CHECKPOINT_KEYS, atomic_torch_save, config_digest, load_checkpoint
 from dmlbench.training.data import RunData, load_run_data
 from dmlbench.training.optim import build_optimizer, build_scheduler
-from dmlbench.training.seeding import derive_seed, seed_everything
+from dmlbench.training.seeding import configure_determinism, derive_seed, seed_everything
 
 LOG_COLUMNS = ("epoch", "loss", "val_R@1", "test_R@1", "lr", "seconds", "images_per_s")
 
@@ -117,9 +118,9 @@ def _write_log(rows: list[dict[str, float]], path: Path) -> None:
 
 
 def recall_at_1(recipe: Recipe, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
-                device: torch.device) -> float:
+                device: torch.device, num_workers: int = 0) -> float:
     """R@1 of the recipe's test-time embedding of ``dataset`` (query/gallery when ``split`` has them)."""
-    embeddings = recipe.embed(model, dataset, batch_size, device)
+    embeddings = recipe.embed(model, dataset, batch_size, device, num_workers)
     query_gallery = split if split is not None and "query" in set(split) else None
     return recall_at_k(embeddings, dataset.labels, [1], split=query_gallery)[1]
 
@@ -151,6 +152,7 @@ class Trainer:
             raise ValueError("training.selection is 'val' but training.val_fraction is 0: no validation split")
         self.selection = selection
 
+        configure_determinism(self.training["deterministic"], device)
         seed_everything(derive_seed(run["seed"], "init"))
         self.recipe: Recipe = build_recipe(self.run)
         self.model = place_model(self.recipe.build_model(), self.training, device)
@@ -163,7 +165,8 @@ class Trainer:
         self.best_epoch = 0
         self.best_state: dict[str, torch.Tensor] = {}
         self.start_epoch = 1
-        self.context = TrainContext(data=data, device=device, eval_batch_size=self.training["eval_batch_size"])
+        self.context = TrainContext(data=data, device=device, eval_batch_size=self.training["eval_batch_size"],
+                                    num_workers=self.training["num_workers"])
 
     # --- resume ---------------------------------------------------------------------------
     def _scratch_state(self, epoch: int) -> dict[str, Any]:
@@ -250,7 +253,7 @@ class Trainer:
         """R@1 on the training images with the test transform (``training.log_train_recall``), for
         train-vs-test curves; the training rows are the same every epoch."""
         clean = self.data.train.with_transform(self.data.test.transform)
-        return recall_at_1(self.recipe, self.model, clean, None, batch, self.device)
+        return recall_at_1(self.recipe, self.model, clean, None, batch, self.device, self.training["num_workers"])
 
     def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:
         return {"val": val_r1, "test": test_r1, "last": float(epoch)}[self.selection]
@@ -271,9 +274,11 @@ class Trainer:
             mean_loss, seen = self._train_epoch(epoch)
             seconds = time.perf_counter() - started
             self._check_finite(epoch)
-            val_r1 = (recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device)
+            workers = self.training["num_workers"]
+            val_r1 = (recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
                       if self.data.val else math.nan)
-            test_r1 = (recall_at_1(self.recipe, self.model, self.data.test, self.data.test_split, batch, self.device)
+            test_r1 = (recall_at_1(self.recipe, self.model, self.data.test, self.data.test_split, batch, self.device,
+                                   workers)
                        if self.selection == "test" or self.training.get("log_test_recall") else math.nan)
             row = {"epoch": epoch, "loss": mean_loss, "val_R@1": val_r1, "test_R@1": test_r1,
                    "lr": lr, "seconds": seconds, "images_per_s": seen / seconds}
@@ -301,7 +306,7 @@ class Trainer:
             "run": self.run, "digest": self.digest, "model": self.best_state, "loss": self.loss.state_dict(),
             "num_classes": self.data.num_classes, "selected_epoch": self.best_epoch,
             "selection": self.selection, "selection_score": self.best_score,
-            "summary": self.recipe.summary(),
+            "summary": self.recipe.summary(), "device": str(self.device),
         }, self.out_dir / "checkpoint.pt")
         self.scratch.unlink(missing_ok=True)
 
@@ -309,7 +314,8 @@ class Trainer:
 def train_run(run: Mapping[str, Any], manifest_path: str | Path, out_dir: str | Path, scratch_dir: str | Path,
               progress: bool = True, on_epoch_end: Callable[[int], None] | None = None) -> TrainResult:
     """Train one run end to end (resuming from ``scratch_dir`` when possible)."""
-    device = resolve_device(run["training"]["device"])
-    trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress)
-    trainer.try_resume()
-    return trainer.fit(on_epoch_end)
+    with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
+        device = resolve_device(name)
+        trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress)
+        trainer.try_resume()
+        return trainer.fit(on_epoch_end)
