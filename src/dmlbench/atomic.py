@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from dmlbench.errors import DmlbenchError
 
 #: An orphan temporary file of another machine (a shared file system) is removed after this long.
@@ -128,3 +130,11 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write UTF-8 ``text`` to ``path`` atomically; returns the path."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_npz_atomic(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
+    """Write ``arrays`` as an uncompressed ``.npz`` atomically (``np.savez`` keeps the temporary name's
+    ``.npz`` suffix); returns the path."""
+    with atomic_output(path) as tmp:
+        np.savez(tmp, **arrays)
+    return Path(path)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from dmlbench.atomic import write_npz_atomic
 from dmlbench.evaluation.evaluate import l2_normalise
 from dmlbench.evaluation.files import load_embeddings_npz
-from dmlbench.training.embed import write_npz
 
 #: stats that add up over the members (the ensemble runs every member at test time).
 ADDITIVE_STATS = ("num_parameters", "gflops")
@@ -101,6 +101,6 @@ def ensemble_files(member_paths: Sequence[str | Path], out_path: str | Path) -> 
     """Read the members' ``.npz`` files, write the ensemble's (atomically); returns ``out_path``."""
     out_path = Path(out_path)
     members = [load_embeddings_npz(p) for p in member_paths]
-    write_npz(out_path, **concatenate_members(members, names=[str(p) for p in member_paths]))
+    write_npz_atomic(out_path, **concatenate_members(members, names=[str(p) for p in member_paths]))
     return out_path
 

@@ -9,22 +9,19 @@ from pathlib import Path
 
 import numpy as np
 
-from dmlbench.atomic import write_text_atomic
+from dmlbench.atomic import write_npz_atomic, write_text_atomic
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.evaluation.evaluate import evaluate_views
-from dmlbench.evaluation.per_query import write_per_query
 
 REQUIRED_KEYS = ("embeddings", "labels")
-
-
+OPTIONAL_KEYS = ("split", "learner_slices", "view_names", "view_slices", "stat_names", "stat_values")
 #: What numpy raises on a damaged, truncated or foreign .npz file.
 NPZ_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, zipfile.BadZipFile, EOFError)
 
 
 class EmbeddingsFileError(DmlbenchError, ValueError):
     """An embeddings file cannot be read or lacks its keys; the message names the file."""
-OPTIONAL_KEYS = ("split", "learner_slices", "view_names", "view_slices", "stat_names", "stat_values")
 
 
 def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
@@ -110,6 +107,6 @@ def evaluate_file(
     except (TypeError, ValueError) as err:
         raise type(err)(f"{npz_path}: {err}") from err
     if per_query_path is not None:
-        write_per_query(per_query_path, evaluation.per_query)
+        write_npz_atomic(per_query_path, **evaluation.per_query)
     write_json_atomic(evaluation.metrics, out_json)
     return evaluation.metrics

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 
-from dmlbench.atomic import atomic_output
 from dmlbench.evaluation.retrieval import QueryResults, RetrievalTask
 
 PER_QUERY_FILE = "per_query.npz"
@@ -52,13 +50,6 @@ def per_query_arrays(task: RetrievalTask, views: Mapping[str, QueryResults]) -> 
         arrays[f"{prefix}ap_at_r"] = np.asarray(results.ap_at_r, dtype=np.float64)
         arrays[f"{prefix}r_precision"] = np.asarray(results.r_precision, dtype=np.float64)
     return arrays
-
-
-def write_per_query(path: str | Path, arrays: Mapping[str, np.ndarray]) -> Path:
-    """Write the arrays as an uncompressed ``.npz`` atomically (:func:`~dmlbench.atomic.atomic_output`)."""
-    with atomic_output(path) as tmp:
-        np.savez(tmp, **arrays)
-    return Path(path)
 
 
 def metric_values(arrays: Mapping[str, np.ndarray], metric: str) -> np.ndarray | None:

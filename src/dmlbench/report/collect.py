@@ -132,7 +132,7 @@ def read_per_query(path: str | Path) -> dict[str, np.ndarray]:
     run = path.parent
     rerun = (f"rerun the run's evaluate step: `snakemake {path}` or `dvc repro` (it is an output of the evaluate "
              f"rule), or by hand `dmlbench evaluate {run / 'embeddings.npz'} --out {run / METRICS_FILE} "
-             "--recall-ks <the dataset's recall_ks>`")
+             f"--dataset {run.parent.parent.name}`")
     if not path.is_file():
         raise ReportInputError(f"{path}: per-query results not found (the run was evaluated before evaluate "
                                f"wrote them, or the file was removed); {rerun}")

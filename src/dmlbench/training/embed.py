@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlbench.atomic import atomic_output
+from dmlbench.atomic import write_npz_atomic
 from dmlbench.config import ConfigError, training_differences
 from dmlbench.methods import build_recipe
 from dmlbench.placement import gpu_index
@@ -17,12 +17,6 @@ from dmlbench.training.data import load_run_data
 from dmlbench.training.model_stats import count_parameters, forward_gflops
 from dmlbench.training.seeding import configure_determinism, ran_deterministically
 from dmlbench.training.trainer import place_model, resolve_device
-
-
-def write_npz(path: Path, **arrays: np.ndarray) -> None:
-    """``np.savez`` to a temporary file, then rename over ``path``."""
-    with atomic_output(path) as tmp:
-        np.savez(tmp, **arrays)
 
 
 def reuse_differences(trained: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
@@ -93,5 +87,5 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     arrays["stat_names"] = np.asarray(list(stats), dtype=str)
     arrays["stat_values"] = np.asarray(list(stats.values()), dtype=np.float64)
     out_path = Path(out_path)
-    write_npz(out_path, **arrays)
+    write_npz_atomic(out_path, **arrays)
     return out_path
