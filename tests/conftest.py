@@ -40,6 +40,12 @@ def write_tiny_dataset(root: Path, num_classes: int = 8, per_class: int = 6, siz
     return write_manifest(pd.DataFrame(rows), root / "manifest.csv")
 
 
+@pytest.fixture(autouse=True)
+def image_store_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decoded-image stores (training.pipeline: decoded_uint8) go to a temporary folder, not .scratch/."""
+    monkeypatch.setenv("DMLBENCH_IMAGE_STORE", str(tmp_path_factory.getbasetemp() / "image_store"))
+
+
 @pytest.fixture
 def tiny_manifest(tmp_path: Path) -> Path:
     return write_tiny_dataset(tmp_path / "tiny", num_classes=12)

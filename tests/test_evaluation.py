@@ -17,6 +17,7 @@ from dmlbench.evaluation import (
     recall_at_k,
     retrieval,
 )
+from dmlbench.evaluation.clustering import clustering_nmi
 from dmlbench.evaluation.knn import faiss_threads, make_index, search
 
 FAST_KMEANS = KMeansSettings(seed=0, niter=10, nredo=1)
@@ -101,8 +102,9 @@ def test_result_is_flat_dict_of_floats_with_kmeans_settings() -> None:
     assert (metrics["kmeans_seed"], metrics["kmeans_niter"], metrics["kmeans_nredo"]) == (7.0, 3.0, 2.0)
     assert set(metrics) == {
         "R@1", "NMI", "MAP@R", "RP", "num_queries", "num_lone_queries", "num_classes",
-        "kmeans_seed", "kmeans_niter", "kmeans_nredo",
+        "kmeans_seed", "kmeans_niter", "kmeans_nredo", "kmeans_iterations",
     }  # fmt: skip
+    assert 1 <= metrics["kmeans_iterations"] <= 3
 
 
 def test_query_never_retrieves_itself_among_duplicates() -> None:
@@ -365,3 +367,15 @@ def test_per_query_arrays_of_each_learner() -> None:
         ranks = evaluation.per_query[f"{prefix}first_hit_rank"]
         assert np.mean(ranks <= 2) == evaluation.metrics[f"{prefix}R@2"]
         assert evaluation.per_query[f"{prefix}ap_at_r"].mean() == evaluation.metrics[f"{prefix}MAP@R"]
+
+
+def test_kmeans_records_the_iterations_it_ran_below_the_ceiling_at_a_fixed_point() -> None:
+    """niter is a ceiling: K-means stops once the objective no longer changes, and metrics.json says when."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(c, 0.3, size=(60, 4)) for c in (0.0, 3.0, 6.0, 9.0)]).astype(np.float32)
+    labels = np.repeat(np.arange(4), 60)
+    converged = clustering_nmi(x, labels, KMeansSettings(niter=100))
+    capped = clustering_nmi(x, labels, KMeansSettings(niter=1))
+    assert 2 <= converged[1] < 100 and capped[1] == 1
+    assert clustering_nmi(x, labels, KMeansSettings(niter=int(converged[1]) + 20)) == converged  # a fixed point
+    assert evaluate_embeddings(x, labels, [1], kmeans=KMeansSettings(niter=100))["kmeans_iterations"] == converged[1]

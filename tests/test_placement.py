@@ -6,11 +6,14 @@ import subprocess
 import sys
 import textwrap
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import tiny_run
 
+import dmlbench.training.embed as embed_module
+import dmlbench.training.trainer as trainer_module
 from dmlbench.atomic import host_name
 from dmlbench.placement import (
     SLOTS_ENV,
@@ -112,3 +115,24 @@ def test_two_processes_get_different_devices(tmp_path):
         release.touch()
         assert [child.wait(timeout=60) for child in children] == [0, 0]
     assert not list(Path(tmp_path / "locks" / host_name()).glob("*.lock"))
+
+
+def test_training_and_embedding_each_claim_their_device(params, tiny_manifest, tmp_path, monkeypatch):
+    """Both GPU steps of a run go through claim_device (embedding a large test set on the GPU that a
+    training job already holds would slow both); the claim's answer is the device they use."""
+    claims: list[tuple[str, str]] = []
+
+    def recording_claim(step: str):
+        @contextmanager
+        def claim(name: str):
+            claims.append((step, name))
+            yield "cpu"
+        return claim
+
+    monkeypatch.setattr(trainer_module, "claim_device", recording_claim("train"))
+    monkeypatch.setattr(embed_module, "claim_device", recording_claim("embed"))
+    run = tiny_run(params, epochs=1)
+    run["training"]["device"] = "auto"
+    trainer_module.train_run(run, tiny_manifest, tmp_path / "out", tmp_path / "scratch", progress=False)
+    embed_module.embed_run(tmp_path / "out" / "checkpoint.pt", tiny_manifest, tmp_path / "out" / "embeddings.npz")
+    assert claims == [("train", "auto"), ("embed", "auto")]

@@ -30,7 +30,7 @@ TINY_PARAMS = {
     "datasets": {"tiny": {"kind": "synthetic", "label": "Tiny", "recall_ks": [1, 2], "seed": 3,
                           "num_classes": 8, "images_per_class": 6, "image_size": 32, "classes_per_family": 4}},
     "training": {
-        "device": "cpu", "amp": False, "deterministic": True, "num_workers": 0, "cache_images": True, "epochs": 2, "selection": "val",
+        "device": "cpu", "amp": False, "deterministic": True, "num_workers": 0, "cache_images": True, "pipeline": "pil", "epochs": 2, "selection": "val",
         "val_fraction": 0.5, "val_split_seed": 0, "eval_batch_size": 32, "embedding_dim": 8,
         "backbone": {"name": "small_cnn", "width": 4, "pooling": "avg", "freeze_bn": False},
         "image": {"resize": 32, "test_crop": 28, "train_crop": 28, "crop_scale": [0.6, 1.0], "flip": True},

@@ -1,11 +1,14 @@
 """Atomic file writes: a temporary file in the target folder, then ``os.replace``.
 
 A reader (or an interrupted workflow) therefore sees either the old file or the
-complete new one, never a half-written manifest, checkpoint, table or PNG.
+complete new one, never a half-written manifest, checkpoint, table or PNG. Work
+that several jobs may start at once (extracting an archive, building an image
+store, taking a GPU slot) runs under :func:`exclusive_lock`.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import tempfile
@@ -20,6 +23,21 @@ from dmlbench.errors import DmlbenchError
 
 #: An orphan temporary file of another machine (a shared file system) is removed after this long.
 FOREIGN_ORPHAN_SECONDS = 24 * 3600
+
+
+@contextmanager
+def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive advisory lock (``flock``) on the file ``path`` (created with its folders) for the
+    block; other processes asking for it wait. The kernel drops the lock when its process dies, so a
+    killed job never leaves it held."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class OutputPathError(DmlbenchError, OSError):

@@ -12,14 +12,13 @@ device's slot 0 first, then every slot 1, ...
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dmlbench.atomic import host_name, process_running
+from dmlbench.atomic import exclusive_lock, host_name, process_running
 from dmlbench.errors import DmlbenchError
 
 #: Where the slot locks live (relative to the working folder), one subfolder per host.
@@ -109,9 +108,7 @@ def acquire_slot(devices: int, per_device: int, lock_dir: Path) -> Slot:
     Raises:
         GpuSlotsBusyError: all ``devices × per_device`` slots are held by running processes.
     """
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / ".guard", "a") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
+    with exclusive_lock(lock_dir / ".guard"):
         slot = free_slot(devices, per_device, held_slots(lock_dir))
         if slot is None:
             raise GpuSlotsBusyError(

@@ -58,6 +58,8 @@ rule embed:
     params:
         tracked=tracked_params("embed", lambda w: []),
     threads: 1
+    resources:
+        gpu=1,  # its own GPU slot, as train's (src/dmlbench/placement.py)
     log:
         "results/logs/embed/{dataset}/{method}/seed{seed}.log",
     shell:
@@ -76,6 +78,8 @@ rule reembed:
     params:
         tracked=tracked_params("reembed", lambda w: method_keys(w.method, PRESENTATION_KEYS)),
     threads: 1
+    resources:
+        gpu=1,  # its own GPU slot, as train's (src/dmlbench/placement.py)
     log:
         "results/logs/reembed/{dataset}/{method}/seed{seed}.log",
     shell:

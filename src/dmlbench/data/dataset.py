@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +23,14 @@ class ImageDataset(Dataset):
     With ``cache=True`` each decoded image is kept in memory after its first
     read (worth it for small datasets such as ``synthetic``: decoding is a
     third of the CPU time of an epoch there).
+
+    The loader interface it shares with :class:`dmlbench.data.stored_dataset.StoredImageDataset`:
+    :attr:`collate_fn` (None: torch's default), :meth:`to_model_input` (here the identity: the
+    transform already gave model inputs), :meth:`evaluation_view` and :meth:`model_inputs`.
     """
+
+    #: How a loader batches the items (None: torch's default collate).
+    collate_fn: Callable[[list[Any]], Any] | None = None
 
     def __init__(self, paths: Sequence[str], labels: np.ndarray, transform: Callable[[Image.Image], torch.Tensor],
                  cache: bool = False):
@@ -41,6 +49,20 @@ class ImageDataset(Dataset):
         twin = ImageDataset(self.paths, self.labels, transform)
         twin.cache = self.cache
         return twin
+
+    def evaluation_view(self, test: "ImageDataset") -> "ImageDataset":
+        """These rows as evaluation delivers them: ``test``'s (deterministic) transform."""
+        return self.with_transform(test.transform)
+
+    def to_model_input(self, images: torch.Tensor, indices: torch.Tensor,
+                       generator: torch.Generator | None = None) -> torch.Tensor:
+        """A loader batch, already on the device, as the model takes it: here unchanged, (B, 3, H, W) float."""
+        return images
+
+    def model_inputs(self, rows: Sequence[int], device: torch.device) -> torch.Tensor:
+        """(B, 3, H, W) float model inputs of the items ``rows``, on ``device``."""
+        images = torch.stack([self[int(row)][0] for row in rows]).to(device)
+        return self.to_model_input(images, torch.as_tensor(list(rows)))
 
     def _image(self, index: int) -> Image.Image:
         if self.cache is not None and index in self.cache:

@@ -31,7 +31,6 @@ file is kept, so the re-run does not download it again.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import importlib
@@ -41,13 +40,14 @@ import shutil
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
 from tqdm import tqdm
 
+from dmlbench.atomic import exclusive_lock
 from dmlbench.data.archives import extract_archive, is_archive
 from dmlbench.errors import DmlbenchError
 
@@ -279,23 +279,6 @@ def fetch_archive(
         raise DownloadError(f"{module.INFO.title}: {err}\n{_by_hand(module)}") from err
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path`` (two ``prepare`` jobs may extract the same kind)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no locking
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _read_marker(marker: Path) -> dict | None:
     try:
         record = json.loads(marker.read_text())
@@ -357,7 +340,7 @@ def extract_archives(kind: str, raw_dir: str | os.PathLike[str]) -> Path:
     module = _dataset_module(kind)
     target = Path(raw_dir) / kind
     cache = target / EXTRACTED_DIR
-    with _locked(target / f".{EXTRACTED_DIR}.lock"):
+    with exclusive_lock(target / f".{EXTRACTED_DIR}.lock"):  # two prepare jobs may extract the same kind
         cache.mkdir(parents=True, exist_ok=True)
         for stale in cache.glob(".*.tmp*"):  # left by a killed extraction
             _remove(stale)

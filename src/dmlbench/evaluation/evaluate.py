@@ -155,7 +155,9 @@ def evaluate_views(
         learner slice, ``learners_mean/`` for their mean and ``<name>/`` for each named
         view; ``self_similarity`` (:func:`self_pair_similarity`) for ≥ 2 learners of
         equal width; the stats; ``num_queries`` (queries evaluated), ``num_lone_queries``,
-        ``num_classes``, ``kmeans_seed``, ``kmeans_niter``, ``kmeans_nredo``.
+        ``num_classes``, ``kmeans_seed``, ``kmeans_niter``, ``kmeans_nredo``, and (per view, like NMI)
+        ``kmeans_iterations``: the Lloyd iterations K-means ran, below ``kmeans_niter`` when it
+        reached a fixed point.
 
     Raises:
         ValueError: an input is malformed (the message says which and how).
@@ -178,7 +180,7 @@ def evaluate_views(
         for prefix, view in _views(x, slices, named):
             per_view[prefix] = query_results(view, task, ks, chunk_size, exact_ranks=True)
             view_metrics = per_view[prefix].metrics(ks)
-            view_metrics["NMI"] = clustering_nmi(view, y, kmeans)
+            view_metrics["NMI"], view_metrics["kmeans_iterations"] = clustering_nmi(view, y, kmeans)
             metrics.update({prefix + name: value for name, value in view_metrics.items()})
     if slices:
         metrics.update(_learner_means(metrics, len(slices)))

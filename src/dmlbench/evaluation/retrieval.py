@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import faiss
 import numpy as np
 
-from dmlbench.evaluation.knn import make_index, search
+from dmlbench.evaluation.knn import FlatIndex, make_index, search
 from dmlbench.evaluation.map_at_r import average_precision_at_r, r_precision
 from dmlbench.evaluation.recall import first_hit_rank, recall_from_ranks
 
@@ -114,7 +113,7 @@ def build_task(labels: np.ndarray, query_mask: np.ndarray | None) -> RetrievalTa
 
 
 def _relevance(
-    index: faiss.Index, embeddings: np.ndarray, task: RetrievalTask, queries: slice | np.ndarray, k: int
+    index: FlatIndex, embeddings: np.ndarray, task: RetrievalTask, queries: slice | np.ndarray, k: int
 ) -> np.ndarray:
     """(c, k) bool: whether each of the k nearest neighbours of the selected queries has the query's label.
 
@@ -193,6 +192,7 @@ def query_results(
     chunk_size: int,
     with_map_at_r: bool = True,
     exact_ranks: bool = False,
+    backend: str = "auto",
 ) -> QueryResults:
     """First-hit rank and, optionally, AP@R and R-precision of every query of one embedding view.
 
@@ -212,6 +212,7 @@ def query_results(
         chunk_size: queries per kNN search.
         with_map_at_r: also compute AP@R and RP (needs max(R) neighbours).
         exact_ranks: exact first-hit ranks beyond the searched depth.
+        backend: where the kNN search runs (:data:`dmlbench.evaluation.knn.BACKENDS`).
     """
     ks = list(recall_ks)
     r = task.relevant_counts
@@ -220,7 +221,7 @@ def query_results(
     depth = max(max(ks), k_first)
     all_vs_all = task.database_rows is None
     database = embeddings if all_vs_all else embeddings[task.database_rows]
-    index = make_index(database, depth + int(all_vs_all))
+    index = make_index(database, depth + int(all_vs_all), backend)
 
     ranks, average_precision, precision_at_r = [], [], []
     for start in range(0, len(r), chunk_size):

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.data.samplers import ClassBalancedBatchSampler
 from dmlbench.losses import build_loss
 from dmlbench.methods.health import HealthCheck
@@ -150,7 +150,7 @@ class Recipe:
         """Restore :meth:`state_dict`."""
 
     # --- test time ------------------------------------------------------------------------
-    def embed(self, model: nn.Module, dataset: ImageDataset, batch_size: int, device: torch.device,
+    def embed(self, model: nn.Module, dataset: ImageSet, batch_size: int, device: torch.device,
               num_workers: int = 0) -> np.ndarray:
         """Test-time embeddings (N, d) float32 of ``dataset`` in its order (default: ``model`` in eval mode),
         decoded by ``num_workers`` loader processes."""

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 from torch import nn
 
-from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.data.manifest import ManifestError
 from dmlbench.losses import build_loss
 from dmlbench.losses.deml_loss import CODE_NTRI_WEIGHT, PAPER_NTRI_WEIGHT, DeMLLoss
@@ -308,14 +308,14 @@ def dataset_has_boxes(dataset_config: Mapping[str, Any]) -> bool:
     return dataset_config.get("kind") in BOXED_KINDS and not dataset_config.get("cropped", False)
 
 
-def _health_rows(context: TrainContext) -> tuple[ImageDataset, np.ndarray, np.ndarray] | None:
+def _health_rows(context: TrainContext) -> tuple[ImageSet, np.ndarray, np.ndarray] | None:
     """The images measured for the health numbers: (dataset with the test transform, row indices,
     their (N, 4) (x, y, w, h) file-pixel boxes); validation rows, else training rows; None without boxes."""
     data = context.data
     if data.val is not None and data.val_boxes is not None:
         dataset, boxes = data.val, data.val_boxes
     elif data.train_boxes is not None:
-        dataset, boxes = data.train.with_transform(data.test.transform), data.train_boxes
+        dataset, boxes = data.train.evaluation_view(data.test), data.train_boxes
     else:
         return None
     usable = np.flatnonzero(np.isfinite(boxes).all(1) & (boxes[:, 2] > 0) & (boxes[:, 3] > 0))
@@ -325,7 +325,7 @@ def _health_rows(context: TrainContext) -> tuple[ImageDataset, np.ndarray, np.nd
     return dataset, rows, boxes[rows]
 
 
-def transformed_box(dataset: ImageDataset, row: int, box: np.ndarray) -> torch.Tensor:
+def transformed_box(dataset: ImageSet, row: int, box: np.ndarray) -> torch.Tensor:
     """An (x, y, w, h) box of row ``row``'s image file, carried through the dataset's (deterministic)
     transform as a mask image: (x0, y0, x1, y1) pixels of the transformed image, end exclusive
     (all zero when the box leaves the crop). A box partly outside the image is clipped to it (real
@@ -366,7 +366,7 @@ def oam_health(model: nn.Module, context: TrainContext) -> dict[str, float]:
     contrasts, coverages, areas = [], [], []
     for start in range(0, len(rows), context.eval_batch_size):
         chunk = range(start, min(start + context.eval_batch_size, len(rows)))
-        images = torch.stack([dataset[int(rows[i])][0] for i in chunk]).to(context.device)
+        images = dataset.model_inputs([int(rows[i]) for i in chunk], context.device)
         objects = torch.stack([transformed_box(dataset, int(rows[i]), boxes[i]) for i in chunk]).to(context.device)
         saliency, crops = model.first_proposal(images)
         height, width = images.shape[-2:]

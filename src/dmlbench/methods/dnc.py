@@ -90,7 +90,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.losses import build_loss
 from dmlbench.methods.base import Recipe, TrainContext
@@ -344,7 +344,7 @@ class DivideAndConquerRecipe(Recipe):
 
     def _training_embeddings(self, model: nn.Module, context: TrainContext) -> np.ndarray:
         """(N, d) embeddings of the training rows (test transform) in the clustering space."""
-        dataset: ImageDataset = context.data.train.with_transform(context.data.test.transform)
+        dataset: ImageSet = context.data.train.evaluation_view(context.data.test)
         module = model if self.options.cluster_space == "embedding" else _PooledFeatures(model)
         # The DataLoader draws a seed from torch's global RNG: keep the training stream untouched.
         with torch.random.fork_rng(devices=[]):

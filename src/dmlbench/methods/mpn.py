@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.evaluation.clustering import KMeansSettings, kmeans_assignments
 from dmlbench.losses.mpn_cross_entropy import MPNCrossEntropyLoss, MPNLossConfig
 from dmlbench.methods.base import Recipe, TrainContext
@@ -297,7 +297,7 @@ class MPNRecipe(Recipe):
                                         KMeansSettings(seed=opts.test_seed))
         return cluster_batches(assignment, chunk, per_batch, rng)
 
-    def embed(self, model: nn.Module, dataset: ImageDataset, batch_size: int, device: torch.device,
+    def embed(self, model: nn.Module, dataset: ImageSet, batch_size: int, device: torch.device,
               num_workers: int = 0) -> np.ndarray:
         """Backbone embeddings, or (``test_embedding: mpn``) their MPN refinement over test-time batches."""
         embeddings = compute_embeddings(model, dataset, batch_size, device, num_workers)

@@ -11,9 +11,11 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.data.dataset import ImageDataset
+from dmlbench.data.image_store import open_store
 from dmlbench.data.images import parse_bbox
 from dmlbench.data.manifest import ManifestError, contiguous_labels, read_manifest, select_splits
 from dmlbench.data.splits import carve_validation
+from dmlbench.data.stored_dataset import ImageSet, StoredImageDataset
 from dmlbench.data.transforms import eval_transform, training_transform
 
 EVAL_SPLITS = ("test", "query", "gallery")
@@ -24,7 +26,7 @@ class RunData:
     """Datasets of one run.
 
     Attributes:
-        train: training images (train transform), labels remapped to 0..C-1.
+        train: training images (train augmentation), labels remapped to 0..C-1.
         num_classes: C, number of training classes.
         val: validation images (test transform, original labels), or None when ``val_fraction`` is 0.
         test: evaluation images (test transform, original labels); its rows follow ``test_split``.
@@ -35,10 +37,10 @@ class RunData:
             the manifest has no ``bbox`` column (or there is no validation split).
     """
 
-    train: ImageDataset
+    train: ImageSet
     num_classes: int
-    val: ImageDataset | None
-    test: ImageDataset
+    val: ImageSet | None
+    test: ImageSet
     test_split: np.ndarray
     train_classes: np.ndarray
     train_boxes: np.ndarray | None = None
@@ -70,7 +72,10 @@ def split_seed(run: Mapping[str, Any]) -> int:
 
 
 def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
-    """Read the manifest, carve the validation classes and build the three datasets."""
+    """Read the manifest, carve the validation classes and build the three datasets of the run's
+    ``training.pipeline``: ``pil`` (files decoded and transformed per item by the loader; decoded train
+    and validation images kept in memory with ``cache_images``) or ``decoded_uint8`` (uint8 images of
+    the dataset's :mod:`~dmlbench.data.image_store`, augmented on the training device)."""
     training = run["training"]
     frame = read_manifest(manifest_path)
     frame = carve_validation(frame, training["val_fraction"], seed=split_seed(run))
@@ -82,13 +87,22 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     test_rows = select_splits(frame, EVAL_SPLITS)
     if test_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'test' (or 'query'/'gallery') rows")
-    image, cache = training["image"], training["cache_images"]
+    image = training["image"]
+    if training["pipeline"] == "decoded_uint8":
+        store = open_store(frame["path"].tolist(), image["resize"], workers=training["num_workers"])
+
+        def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:
+            return StoredImageDataset(store, rows["path"].tolist(), labels, image, train)
+    else:
+        def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:
+            transform = training_transform(image) if train else eval_transform(image)
+            cache = training["cache_images"] and read_every_epoch
+            return ImageDataset(rows["path"].tolist(), labels, transform, cache)
     return RunData(
-        train=ImageDataset(train_rows["path"].tolist(), train_labels, training_transform(image), cache),
+        train=dataset(train_rows, train_labels, train=True),
         num_classes=len(classes),
-        val=None if val_rows.empty else ImageDataset(
-            val_rows["path"].tolist(), val_rows["label"].to_numpy(), eval_transform(image), cache),
-        test=ImageDataset(test_rows["path"].tolist(), test_rows["label"].to_numpy(), eval_transform(image)),
+        val=None if val_rows.empty else dataset(val_rows, val_rows["label"].to_numpy(), train=False),
+        test=dataset(test_rows, test_rows["label"].to_numpy(), train=False, read_every_epoch=False),
         test_split=test_rows["split"].to_numpy(),
         train_classes=np.asarray(classes),
         train_boxes=manifest_boxes(train_rows),

@@ -11,7 +11,7 @@ import numpy as np
 from dmlbench.atomic import write_npz_atomic
 from dmlbench.config import ConfigError, training_differences
 from dmlbench.methods import build_recipe
-from dmlbench.placement import gpu_index
+from dmlbench.placement import claim_device, gpu_index
 from dmlbench.training.checkpoint import CheckpointError, load_checkpoint
 from dmlbench.training.data import load_run_data
 from dmlbench.training.model_stats import count_parameters, forward_gflops
@@ -63,12 +63,13 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
         raise CheckpointError(f"{checkpoint_path}: its weights do not fit {run['method']}'s model (the code or the "
                               f"configuration changed since it was trained?): {str(err)[:500]}. Train the run "
                               f"again to re-create it") from err
-    device = resolve_device(run["training"]["device"])
-    configure_determinism(run["training"]["deterministic"], device)
-    model = place_model(model, run["training"], device)
     data = load_run_data(run, manifest_path)
-    embeddings = recipe.embed(model, data.test, run["training"]["eval_batch_size"], device,
-                              run["training"]["num_workers"])
+    with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
+        device = resolve_device(name)
+        configure_determinism(run["training"]["deterministic"], device)
+        model = place_model(model, run["training"], device)
+        embeddings = recipe.embed(model, data.test, run["training"]["eval_batch_size"], device,
+                                  run["training"]["num_workers"])
     arrays: dict[str, np.ndarray] = {"embeddings": embeddings, "labels": data.test.labels}
     if set(data.test_split) != {"test"}:
         arrays["split"] = data.test_split.astype(str)

@@ -73,6 +73,7 @@ class TrainResult:
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` → CUDA when available, else CPU; otherwise the named device, which must exist here.
+    A numbered CUDA device (``cuda:K``, e.g. a claimed slot) becomes the current CUDA device.
 
     Raises:
         ConfigError: ``training.device`` is not a device name, or names a device this machine lacks.
@@ -89,6 +90,8 @@ def resolve_device(name: str) -> torch.device:
     if (device.index or 0) >= count:
         raise ConfigError(f"training.device = {name!r}, but this machine has {count} {device.type} device(s); "
                           f"set training.device: auto (CUDA when present, else CPU) or cpu")
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)  # "cuda" alone (e.g. MPN's kNN, torch's evaluation search) means this GPU too
     return device
 
 
@@ -207,18 +210,21 @@ class Trainer:
         seed_everything(seed)
         self.recipe.on_epoch_start(epoch, self.model, self.context)
         sampler = self.recipe.build_sampler(self.data.train.labels, torch.Generator().manual_seed(seed))
+        train = self.data.train
         loader = DataLoader(
-            self.data.train, batch_sampler=sampler, num_workers=self.training["num_workers"],
+            train, batch_sampler=sampler, num_workers=self.training["num_workers"],
             generator=torch.Generator().manual_seed(derive_seed(seed, "workers")),
-            persistent_workers=False,
+            persistent_workers=False, collate_fn=train.collate_fn, pin_memory=self.device.type == "cuda",
         )
+        augment = torch.Generator().manual_seed(derive_seed(seed, "device_augment"))
         self.model.train()
         total, seen = 0.0, 0
         bar = tqdm(loader, desc=f"epoch {epoch}/{self.training['epochs']}", disable=not self.progress,
                    leave=False, dynamic_ncols=True)
         started = time.perf_counter()
         for step, (images, labels, indices) in enumerate(bar, start=1):
-            images, labels = images.to(self.device, non_blocking=True), labels.to(self.device)
+            images = train.to_model_input(images.to(self.device, non_blocking=True), indices, augment)
+            labels = labels.to(self.device)
             with torch.autocast(self.device.type, enabled=self.scaler.is_enabled()):
                 loss = self.recipe.training_loss(self.model, self.loss, images, labels, indices)
             if not torch.isfinite(loss):
@@ -252,7 +258,7 @@ class Trainer:
     def _train_recall1(self, batch: int) -> float:
         """R@1 on the training images with the test transform (``training.log_train_recall``), for
         train-vs-test curves; the training rows are the same every epoch."""
-        clean = self.data.train.with_transform(self.data.test.transform)
+        clean = self.data.train.evaluation_view(self.data.test)
         return recall_at_1(self.recipe, self.model, clean, None, batch, self.device, self.training["num_workers"])
 
     def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:

@@ -62,7 +62,7 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
     model.eval()
     test = load_run_data(run, Path(data_dir) / "manifest.csv").test
     rows = first_of_classes(test.labels, spec["images"])
-    images = torch.stack([test[i][0] for i in rows])
+    images = test.model_inputs(rows, torch.device("cpu"))
     with torch.no_grad():
         maps = recipe.attention_maps(model, images)
     names = list(spec.get("maps") or maps)
