@@ -31,7 +31,7 @@ from dmlbench.training.trainer import train_run
 
 from conftest import tiny_run
 
-TIMING_COLUMNS = ["seconds", "images_per_s", "clustering_seconds"]
+TIMING_COLUMNS = ["seconds", "images_per_s", "loader_wait_share", "clustering_seconds"]
 
 
 class Interrupted(Exception):

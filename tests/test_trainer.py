@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,9 @@ import dmlbench.training.embedding as embedding
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.seeding import configure_determinism
-from dmlbench.training.trainer import NonFiniteLossError, train_run
+from dmlbench.training.trainer import NonFiniteLossError, WaitClock, train_run
 
-TIMING_COLUMNS = ["seconds", "images_per_s"]
+TIMING_COLUMNS = ["seconds", "images_per_s", "loader_wait_share"]
 
 
 class Interrupted(Exception):
@@ -199,3 +200,24 @@ def test_metrics_record_whether_training_was_deterministic(params, tiny_manifest
     stats = dict(zip(arrays["stat_names"].tolist(), arrays["stat_values"].tolist(), strict=True))
     assert stats["deterministic"] == 1.0 and stats["training_gpu"] == -1.0
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["device"] == "cpu"
+
+
+def test_wait_clock_counts_only_the_time_spent_waiting_for_items():
+    def slow_items():
+        for item in range(3):
+            time.sleep(0.05)
+            yield item
+
+    clock = WaitClock(slow_items())
+    seen = []
+    for item in clock:
+        time.sleep(0.1)  # the consumer's own work is not waiting
+        seen.append(item)
+    assert seen == [0, 1, 2]
+    assert 0.15 <= clock.seconds < 0.15 + 0.25  # three waits; none of the consumer's 0.3 s
+
+
+def test_log_records_the_share_of_each_epoch_spent_waiting_for_the_loader(params, tiny_manifest, tmp_path):
+    train(tiny_run(params, epochs=2), tiny_manifest, tmp_path)
+    share = pd.read_csv(tmp_path / "out" / "log.csv")["loader_wait_share"]
+    assert len(share) == 2 and ((share > 0) & (share < 1)).all()

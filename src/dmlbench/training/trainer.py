@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,31 @@ from dmlbench.training.data import RunData, load_run_data
 from dmlbench.training.optim import build_optimizer, build_scheduler
 from dmlbench.training.seeding import configure_determinism, derive_seed, seed_everything
 
-LOG_COLUMNS = ("epoch", "loss", "val_R@1", "test_R@1", "lr", "seconds", "images_per_s")
+LOG_COLUMNS = ("epoch", "loss", "val_R@1", "test_R@1", "lr", "seconds", "images_per_s", "loader_wait_share")
+
+
+class WaitClock:
+    """Iterates over ``items``, adding the seconds spent waiting for each next item to :attr:`seconds`.
+
+    Over a training loader this is the time the model sat idle for want of a batch: the share of an
+    epoch it takes (``loader_wait_share`` in ``log.csv``) shows whether the data path keeps a GPU busy.
+    Every step ends with a synchronising ``loss.item()``, so the wait is not hidden by queued GPU work.
+    """
+
+    def __init__(self, items: Iterable[Any]):
+        self.items = items
+        self.seconds = 0.0
+
+    def __iter__(self) -> Iterator[Any]:
+        iterator = iter(self.items)
+        while True:
+            started = time.perf_counter()
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+            self.seconds += time.perf_counter() - started
+            yield item
 
 
 class NonFiniteLossError(DmlbenchError, RuntimeError):
@@ -205,7 +229,8 @@ class Trainer:
         return True
 
     # --- one epoch ------------------------------------------------------------------------
-    def _train_epoch(self, epoch: int) -> tuple[float, int]:
+    def _train_epoch(self, epoch: int) -> tuple[float, int, float]:
+        """One pass of the epoch's batches: (mean loss, images seen, seconds spent waiting for the loader)."""
         seed = derive_seed(self.run["seed"], "epoch", epoch)
         seed_everything(seed)
         self.recipe.on_epoch_start(epoch, self.model, self.context)
@@ -222,7 +247,8 @@ class Trainer:
         bar = tqdm(loader, desc=f"epoch {epoch}/{self.training['epochs']}", disable=not self.progress,
                    leave=False, dynamic_ncols=True)
         started = time.perf_counter()
-        for step, (images, labels, indices) in enumerate(bar, start=1):
+        waits = WaitClock(bar)
+        for step, (images, labels, indices) in enumerate(waits, start=1):
             images = train.to_model_input(images.to(self.device, non_blocking=True), indices, augment)
             labels = labels.to(self.device)
             with torch.autocast(self.device.type, enabled=self.scaler.is_enabled()):
@@ -241,7 +267,7 @@ class Trainer:
             seen += len(labels)
             bar.set_postfix(loss=f"{total / seen:.4f}", img_s=f"{seen / (time.perf_counter() - started):.0f}")
         self.scheduler.step()
-        return total / max(seen, 1), seen
+        return total / max(seen, 1), seen, waits.seconds
 
     def _check_finite(self, epoch: int) -> None:
         """Stop before anything of a diverged epoch is saved: a finite loss (an L2-normalised one stays
@@ -277,7 +303,7 @@ class Trainer:
         for epoch in range(first, epochs + 1):
             lr = self.optimizer.param_groups[0]["lr"]
             started = time.perf_counter()
-            mean_loss, seen = self._train_epoch(epoch)
+            mean_loss, seen, waited = self._train_epoch(epoch)
             seconds = time.perf_counter() - started
             self._check_finite(epoch)
             workers = self.training["num_workers"]
@@ -287,7 +313,7 @@ class Trainer:
                                    workers)
                        if self.selection == "test" or self.training.get("log_test_recall") else math.nan)
             row = {"epoch": epoch, "loss": mean_loss, "val_R@1": val_r1, "test_R@1": test_r1,
-                   "lr": lr, "seconds": seconds, "images_per_s": seen / seconds}
+                   "lr": lr, "seconds": seconds, "images_per_s": seen / seconds, "loader_wait_share": waited / seconds}
             if self.training.get("log_train_recall"):
                 row["train_R@1"] = self._train_recall1(batch)
             self.log.append({**row, **self.recipe.epoch_log()})
@@ -296,7 +322,7 @@ class Trainer:
                 self.best_score, self.best_epoch = score, epoch
                 self.best_state = _snapshot(self.model)
             tqdm.write(f"[dmlbench] epoch {epoch}/{epochs} loss {mean_loss:.4f} val R@1 {val_r1:.4f} "
-                       f"{seen / seconds:.0f} img/s")
+                       f"{seen / seconds:.0f} img/s, {waited / seconds:.0%} of it waiting for the loader")
             atomic_torch_save(self._scratch_state(epoch), self.scratch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch)
