@@ -111,6 +111,12 @@ def test_a_damaged_image_is_named_and_leaves_no_store(images, tmp_path):
     assert not [p for p in root.iterdir() if p.is_dir()]
 
 
+def test_a_missing_image_is_named_with_the_fix(images, tmp_path):
+    Path(images[1]).unlink()
+    with pytest.raises(ImageStoreError, match=rf"cannot read image {images[1]}: .*re-run `dmlbench prepare`"):
+        open_store(images, 32, root=tmp_path / "stores")
+
+
 def test_a_damaged_store_is_named_with_the_fix(images, tmp_path):
     store = open_store(images, 32, root=tmp_path / "stores")
     pixels = store.folder / "pixels.u8"

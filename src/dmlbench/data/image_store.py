@@ -80,7 +80,11 @@ def store_key(paths: Sequence[str], short_side: int) -> str:
     """A digest of the paths (in order), each file's size and modification time, and the short side."""
     digest = hashlib.sha256(f"dmlbench-image-store v{STORE_VERSION} short_side={short_side}\n".encode())
     for path in paths:
-        stat = os.stat(path)
+        try:
+            stat = os.stat(path)
+        except OSError as err:
+            raise ImageStoreError(f"cannot read image {path}: {err.strerror}; restore the file, or re-run "
+                                  f"`dmlbench prepare` for its dataset") from err
         digest.update(f"{path}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:20]
 
@@ -148,7 +152,7 @@ def _headers(paths: Sequence[str], short_side: int) -> np.ndarray:
 
 
 def _fill(job: tuple[str, Sequence[str], np.ndarray, int]) -> None:
-    """Decode ``paths`` into the pixel file at their offsets (one loader process's share)."""
+    """Decode ``paths`` into the pixel file at their offsets (one building process's share)."""
     pixel_file, paths, index, short_side = job
     pixels = np.memmap(pixel_file, dtype=np.uint8, mode="r+")
     for path, (offset, height, width) in zip(paths, index):
