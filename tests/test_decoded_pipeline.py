@@ -18,7 +18,7 @@ from torchvision import transforms as T
 from dmlbench.data.device_augment import augment_batch, crop_and_resize, random_resized_boxes
 from dmlbench.data.image_store import ImageStoreError, open_store, stored_size
 from dmlbench.data.images import load_rgb
-from dmlbench.data.stored_dataset import StoredImageDataset, pad_collate
+from dmlbench.data.stored_dataset import StoredImageDataset, model_inputs, pad_collate
 from dmlbench.data.transforms import eval_transform
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.data import load_run_data
@@ -220,8 +220,8 @@ def test_run_data_of_the_decoded_pipeline_matches_the_pil_pipelines_evaluation_i
     pil_data, stored_data = load_run_data(pil_run, tiny_manifest), load_run_data(decoded, tiny_manifest)
     assert isinstance(stored_data.test, StoredImageDataset) and stored_data.train.train
     rows = list(range(len(pil_data.test)))
-    assert torch.equal(stored_data.test.model_inputs(rows, torch.device("cpu")),
-                       pil_data.test.model_inputs(rows, torch.device("cpu")))
+    assert torch.equal(model_inputs(stored_data.test, rows, torch.device("cpu")),
+                       model_inputs(pil_data.test, rows, torch.device("cpu")))
     train_view = stored_data.train.evaluation_view(stored_data.test)
-    assert torch.equal(train_view.model_inputs([0, 1], torch.device("cpu")),
-                       pil_data.train.evaluation_view(pil_data.test).model_inputs([0, 1], torch.device("cpu")))
+    assert torch.equal(model_inputs(train_view, [0, 1], torch.device("cpu")),
+                       model_inputs(pil_data.train.evaluation_view(pil_data.test), [0, 1], torch.device("cpu")))

@@ -26,7 +26,7 @@ class ImageDataset(Dataset):
 
     The loader interface it shares with :class:`dmlbench.data.stored_dataset.StoredImageDataset`:
     :attr:`collate_fn` (None: torch's default), :meth:`to_model_input` (here the identity: the
-    transform already gave model inputs), :meth:`evaluation_view` and :meth:`model_inputs`.
+    transform already gave model inputs) and :meth:`evaluation_view`.
     """
 
     #: How a loader batches the items (None: torch's default collate).
@@ -58,11 +58,6 @@ class ImageDataset(Dataset):
                        generator: torch.Generator | None = None) -> torch.Tensor:
         """A loader batch, already on the device, as the model takes it: here unchanged, (B, 3, H, W) float."""
         return images
-
-    def model_inputs(self, rows: Sequence[int], device: torch.device) -> torch.Tensor:
-        """(B, 3, H, W) float model inputs of the items ``rows``, on ``device``."""
-        images = torch.stack([self[int(row)][0] for row in rows]).to(device)
-        return self.to_model_input(images, torch.as_tensor(list(rows)))
 
     def _image(self, index: int) -> Image.Image:
         if self.cache is not None and index in self.cache:

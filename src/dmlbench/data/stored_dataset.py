@@ -102,9 +102,8 @@ class StoredImageDataset(Dataset):
         if not self.train:
             crop = self.image["test_crop"]
             top, left = centre_crop_origin(stored.shape[0], stored.shape[1], crop)
-            stored = stored[top:top + crop, left:left + crop]
-        pixels = torch.from_numpy(stored) if self.train else torch.from_numpy(np.ascontiguousarray(stored))
-        return pixels, torch.tensor(self.labels[index]), index
+            stored = np.ascontiguousarray(stored[top:top + crop, left:left + crop])
+        return torch.from_numpy(stored), torch.tensor(self.labels[index]), index
 
     def evaluation_view(self, test: Dataset | None = None) -> "StoredImageDataset":
         """These rows as evaluation delivers them (centre crops); ``test`` is not needed here."""
@@ -125,17 +124,16 @@ class StoredImageDataset(Dataset):
         return augment_batch(images, self.sizes[indices.cpu()], self.image["train_crop"], self.image["crop_scale"],
                              self.image["flip"], generator)
 
-    def model_inputs(self, rows: Sequence[int], device: torch.device) -> torch.Tensor:
-        """(B, 3, test_crop, test_crop) float model inputs of the evaluation items ``rows``, on ``device``.
-
-        Raises:
-            ValueError: this is a training dataset (take its :meth:`evaluation_view`).
-        """
-        if self.train:
-            raise ValueError("model_inputs takes evaluation items: use the dataset's evaluation_view()")
-        images = torch.stack([self[int(row)][0] for row in rows]).to(device)
-        return self.to_model_input(images, torch.as_tensor(list(rows)))
-
 
 #: A dataset a loader reads in either pipeline (``training.pipeline``: ``pil`` or ``decoded_uint8``).
 ImageSet = ImageDataset | StoredImageDataset
+
+
+def model_inputs(dataset: ImageSet, rows: Sequence[int], device: torch.device) -> torch.Tensor:
+    """(B, 3, H, W) float model inputs of the evaluation items ``rows`` of either kind of dataset, on ``device``.
+
+    Raises:
+        ValueError: training items of the ``decoded_uint8`` pipeline (take the dataset's ``evaluation_view``).
+    """
+    images = torch.stack([dataset[int(row)][0] for row in rows]).to(device)
+    return dataset.to_model_input(images, torch.as_tensor(list(rows)))

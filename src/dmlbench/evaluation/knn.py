@@ -107,12 +107,13 @@ def make_index(database: np.ndarray, k: int, backend: str = "auto") -> FlatIndex
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
+    cuda = backend != "faiss" and torch_cuda_available()
     if backend == "auto":
-        backend = choose_backend(k, faiss.get_num_gpus(), torch_cuda_available())
+        backend = choose_backend(k, faiss.get_num_gpus(), cuda)
     if backend == "torch":
         from dmlbench.evaluation.knn_torch import TorchFlatL2
 
-        return TorchFlatL2(database, "cuda" if torch_cuda_available() else "cpu")
+        return TorchFlatL2(database, "cuda" if cuda else "cpu")
     index = faiss.IndexFlatL2(database.shape[1])
     if faiss.get_num_gpus() > 0 and k <= GPU_MAX_K:
         index = faiss.index_cpu_to_all_gpus(index)

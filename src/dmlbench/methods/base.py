@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.data.samplers import ClassBalancedBatchSampler
+from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.losses import build_loss
 from dmlbench.methods.health import HealthCheck
 from dmlbench.methods.options import parse_options

@@ -47,8 +47,8 @@ import torch.nn.functional as F
 from PIL import Image, ImageDraw
 from torch import nn
 
-from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.data.manifest import ManifestError
+from dmlbench.data.stored_dataset import ImageSet, model_inputs
 from dmlbench.losses import build_loss
 from dmlbench.losses.deml_loss import CODE_NTRI_WEIGHT, PAPER_NTRI_WEIGHT, DeMLLoss
 from dmlbench.methods.base import Recipe, TrainContext
@@ -366,7 +366,7 @@ def oam_health(model: nn.Module, context: TrainContext) -> dict[str, float]:
     contrasts, coverages, areas = [], [], []
     for start in range(0, len(rows), context.eval_batch_size):
         chunk = range(start, min(start + context.eval_batch_size, len(rows)))
-        images = dataset.model_inputs([int(rows[i]) for i in chunk], context.device)
+        images = model_inputs(dataset, [int(rows[i]) for i in chunk], context.device)
         objects = torch.stack([transformed_box(dataset, int(rows[i]), boxes[i]) for i in chunk]).to(context.device)
         saliency, crops = model.first_proposal(images)
         height, width = images.shape[-2:]

@@ -88,16 +88,14 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     if test_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'test' (or 'query'/'gallery') rows")
     image = training["image"]
-    if training["pipeline"] == "decoded_uint8":
-        store = open_store(frame["path"].tolist(), image["resize"], workers=training["num_workers"])
+    store = (open_store(frame["path"].tolist(), image["resize"], workers=training["num_workers"])
+             if training["pipeline"] == "decoded_uint8" else None)
 
-        def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:
+    def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:
+        if store is not None:
             return StoredImageDataset(store, rows["path"].tolist(), labels, image, train)
-    else:
-        def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:
-            transform = training_transform(image) if train else eval_transform(image)
-            cache = training["cache_images"] and read_every_epoch
-            return ImageDataset(rows["path"].tolist(), labels, transform, cache)
+        transform = training_transform(image) if train else eval_transform(image)
+        return ImageDataset(rows["path"].tolist(), labels, transform, training["cache_images"] and read_every_epoch)
     return RunData(
         train=dataset(train_rows, train_labels, train=True),
         num_classes=len(classes),

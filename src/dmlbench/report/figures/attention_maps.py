@@ -49,6 +49,7 @@ def first_of_classes(labels: np.ndarray, count: int) -> list[int]:
 
 
 def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) -> None:
+    from dmlbench.data.stored_dataset import model_inputs
     from dmlbench.methods import build_recipe
     from dmlbench.training.checkpoint import load_checkpoint
     from dmlbench.training.data import load_run_data
@@ -62,7 +63,7 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
     model.eval()
     test = load_run_data(run, Path(data_dir) / "manifest.csv").test
     rows = first_of_classes(test.labels, spec["images"])
-    images = test.model_inputs(rows, torch.device("cpu"))
+    images = model_inputs(test, rows, torch.device("cpu"))
     with torch.no_grad():
         maps = recipe.attention_maps(model, images)
     names = list(spec.get("maps") or maps)
