@@ -3,9 +3,11 @@
 For each method, built exactly as its run would be (params.yaml + overlays) with its pretrained
 weights, this prints:
 
-- ``val R@1``: R@1 of the method's test-time embedding on the validation classes *before any
-  step* — a method whose new modules (attention, masks, crops) already destroy the pretrained
-  features starts below the baseline's linear embedding;
+- ``health/init_val_r1``: R@1 of the method's test-time embedding on the validation classes
+  *before any step*, ``health/init_val_r1_linear_head`` that of the same backbone with the plain
+  baselines' linear head, and ``health/init_gap`` their difference — a method whose new modules
+  (attention, masks, crops) destroy the pretrained features starts below; a run records the same
+  three numbers in metrics.json, and the report marks a gap above 0.02;
 - the loss terms of a few training batches (the recipe's ``epoch_log``), e.g. ABE's metric
   and divergence losses, so their scales at init can be compared;
 - the gradient norm of each optimiser parameter group (backbone, head, loss, method-specific groups)
@@ -29,7 +31,7 @@ import torch
 
 from dmlbench.config import load_config, resolve_run
 from dmlbench.training.data import load_run_data
-from dmlbench.training.trainer import Trainer, recall_at_1
+from dmlbench.training.trainer import Trainer
 
 
 def diagnose(run: Mapping[str, Any], manifest: str, batches: int) -> dict[str, float]:
@@ -38,16 +40,13 @@ def diagnose(run: Mapping[str, Any], manifest: str, batches: int) -> dict[str, f
     The recipe, model, loss and optimiser are the :class:`Trainer`'s own (built exactly as the run
     builds them); nothing is written.
     """
-    training = run["training"]
     data = load_run_data(run, manifest)
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(run, data, Path(scratch) / "out", Path(scratch), torch.device("cpu"), progress=False)
     recipe, model = trainer.recipe, trainer.model
     row: dict[str, float] = {}
-    model.eval()
-    if data.val is not None:
-        row["val_R@1_at_init"] = recall_at_1(recipe, model, data.val, None, training["eval_batch_size"],
-                                             trainer.device)
+    if data.val is not None:  # the numbers the run records as health/init_* (the same function)
+        row.update(trainer.measure_init_parity())
     recipe.on_epoch_start(1, model, trainer.context)
     model.train()
     sampler = recipe.build_sampler(data.train.labels, torch.Generator().manual_seed(run["seed"]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -177,6 +178,42 @@ def test_padding_never_reaches_a_crop_at_an_image_border():
     padded = crop_and_resize(batch, corner, 16)
     alone = crop_and_resize(torch.from_numpy(small)[None], corner[:1], 16)
     assert torch.equal(padded[0], alone[0])
+
+
+class ClaimsCuda(torch.Tensor):
+    """A CPU tensor that answers ``is_cuda`` with True: what torchvision's Python wrappers see of a GPU batch."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+
+def test_deterministic_mode_on_a_gpu_never_takes_torchvisions_pure_python_roi_align(monkeypatch):
+    """On CUDA inputs under ``torch.use_deterministic_algorithms`` (``training.deterministic``),
+    ``torchvision.ops.roi_align`` runs a pure-PyTorch version that samples the whole padded image for
+    every output pixel: a GPU run never finished its first epoch. The kernel's forward is deterministic;
+    the augmentation must call it, whatever the mode and the device."""
+    roi_align_module = sys.modules["torchvision.ops.roi_align"]  # the package re-exports the function under its name
+
+    def fallback(*args, **kwargs):
+        raise AssertionError("torchvision's pure-PyTorch roi_align was called")
+
+    monkeypatch.setattr(roi_align_module, "_roi_align", fallback)
+    images = torch.from_numpy(np.stack([smooth_image(40, 50, seed=s) for s in range(3)]))
+    boxes = torch.tensor([[0, 0, 40, 50], [5, 7, 20, 30], [10, 0, 30, 25]])
+    expected = crop_and_resize(images, boxes, 16)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        gpu_like = images.as_subclass(ClaimsCuda)
+        assert gpu_like.is_cuda
+        crops = crop_and_resize(gpu_like, boxes, 16)
+        augmented = augment_batch(gpu_like, torch.tensor([[40, 50]] * 3), 16, (0.5, 1.0), True,
+                                  torch.Generator().manual_seed(0))
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert torch.equal(crops.as_subclass(torch.Tensor), expected)
+    assert augmented.shape == (3, 3, 16, 16)
 
 
 def test_augmentation_is_seeded_and_flips_half_the_images():

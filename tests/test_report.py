@@ -534,3 +534,14 @@ def test_a_health_check_needs_a_bound_in_order() -> None:
         HealthCheck("health/x")
     with pytest.raises(ValueError, match="minimum 1 > maximum 0"):
         HealthCheck("health/x", minimum=1.0, maximum=0.0)
+
+
+def test_every_trained_method_is_checked_for_init_parity_and_a_reference_row_is_not(params):
+    from dmlbench.methods.health import failed_checks
+    from dmlbench.report.pipeline import health_checks
+
+    trained = health_checks(params, "synthetic", "triplet", 0)
+    assert [c.key for c in trained] == ["health/init_gap"]
+    assert failed_checks(trained, {"health/init_gap": 0.0}) == []
+    assert failed_checks(trained, {"health/init_gap": 0.025})[0].startswith("health/init_gap <= 0.02 (got 0.025)")
+    assert all(c.key != "health/init_gap" for c in health_checks(params, "synthetic", "untrained", 0))

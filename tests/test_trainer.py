@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ from conftest import tiny_run
 from torch.utils.data import DataLoader
 
 import dmlbench.training.embedding as embedding
+from dmlbench.evaluation.files import load_embeddings_npz
+from dmlbench.evaluation.validation import check_stats
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.seeding import configure_determinism
@@ -167,7 +170,8 @@ def test_loader_workers_reach_validation_and_leave_the_result_unchanged(params, 
         train_run(run, tiny_manifest, out, tmp_path / f"s{workers}", progress=False)
         embed_run(out / "checkpoint.pt", tiny_manifest, out / "embeddings.npz")
         logs[workers] = pd.read_csv(out / "log.csv")["val_R@1"].tolist()
-    assert workers_seen.count(2) == 3 and workers_seen.count(0) == 3  # 2 validations + the embed step, each
+    # init parity (the method and its linear-head reference), 2 validations and the embed step, each
+    assert workers_seen.count(2) == 5 and workers_seen.count(0) == 5
     assert logs[2] == logs[0]
 
 
@@ -200,6 +204,67 @@ def test_metrics_record_whether_training_was_deterministic(params, tiny_manifest
     stats = dict(zip(arrays["stat_names"].tolist(), arrays["stat_values"].tolist(), strict=True))
     assert stats["deterministic"] == 1.0 and stats["training_gpu"] == -1.0
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["device"] == "cpu"
+
+
+def test_a_kernel_without_a_deterministic_implementation_is_logged_once_and_clears_the_deterministic_stat(
+        params, tiny_manifest, tmp_path, monkeypatch, capsys):
+    """torch's determinism alerts (``warn_only``) reach the run log once, with the epoch, and the run's
+    ``deterministic`` stat says it was not deterministic: emulated on the CPU by a recipe step that
+    warns as a CUDA kernel does."""
+    from dmlbench.methods.base import Recipe
+
+    alert = "upsample_bilinear2d_backward_out_cuda does not have a deterministic implementation, but you set ..."
+    original = Recipe.training_loss
+
+    def warning_step(self, *args, **kwargs):
+        warnings.warn(alert, UserWarning)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Recipe, "training_loss", warning_step)
+    run = tiny_run(params, epochs=2)
+    train_run(run, tiny_manifest, tmp_path / "run", tmp_path / "scratch", progress=False)
+    printed = capsys.readouterr().out
+    assert printed.count("upsample_bilinear2d_backward_out_cuda") == 1 and "warning in epoch 1" in printed
+    checkpoint = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert checkpoint["nondeterministic_ops"] == ["upsample_bilinear2d_backward_out_cuda"]
+    arrays = np.load(embed_run(tmp_path / "run" / "checkpoint.pt", tiny_manifest, tmp_path / "e.npz"))
+    stats = dict(zip(arrays["stat_names"].tolist(), arrays["stat_values"].tolist(), strict=True))
+    assert stats["deterministic"] == 0.0
+
+
+def test_init_parity_is_recorded_and_a_linear_head_baseline_starts_exactly_at_its_reference(params, tiny_manifest,
+                                                                                          tmp_path, capsys):
+    train_run(tiny_run(params, "triplet", epochs=1), tiny_manifest, tmp_path / "run", tmp_path / "scratch",
+              progress=False)
+    summary = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["summary"]
+    stored = load_embeddings_npz(embed_run(tmp_path / "run" / "checkpoint.pt", tiny_manifest, tmp_path / "e.npz"))
+    stats = check_stats(stored["stat_names"], stored["stat_values"])  # the evaluation step's own check of names
+    assert {key: stats[key] for key in summary} == summary
+    assert 0.0 < summary["health/init_val_r1"] <= 1.0
+    assert summary["health/init_val_r1"] == summary["health/init_val_r1_linear_head"]
+    assert summary["health/init_gap"] == 0.0
+    assert "at init: val R@1" in capsys.readouterr().out
+
+
+def test_init_parity_measures_a_method_against_the_linear_head_on_the_same_backbone(params, tiny_manifest, tmp_path,
+                                                                                   monkeypatch):
+    """A method whose test-time embedding at init is not the baseline's is measured as such: here a gate
+    stuck shut in front of the embedding layer (every image embeds to the same point)."""
+    from dmlbench.methods.base import Recipe
+
+    original = Recipe.build_model
+
+    def gated_shut(self):
+        model = original(self)
+        model.head.linear.weight.data.zero_()
+        return model
+
+    monkeypatch.setattr(Recipe, "build_model", gated_shut)
+    run = tiny_run(params, "triplet", epochs=1)
+    train_run(run, tiny_manifest, tmp_path / "run", tmp_path / "scratch", progress=False)
+    summary = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["summary"]
+    gap = summary["health/init_val_r1_linear_head"] - summary["health/init_val_r1"]
+    assert summary["health/init_gap"] == pytest.approx(gap) and gap > 0.02
 
 
 def test_wait_clock_counts_only_the_time_spent_waiting_for_items():

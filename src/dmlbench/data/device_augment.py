@@ -4,9 +4,17 @@ The loader of the ``decoded_uint8`` pipeline delivers uint8 images of different 
 (B, H, W, 3) tensor; here, on the device the model trains on, every image gets torchvision's
 ``RandomResizedCrop`` box (same distribution: area share in ``crop_scale``, aspect ratio log-uniform
 in [3/4, 4/3], ten tries, then the centre crop), is cut and resampled to ``train_crop`` px by
-``torchvision.ops.roi_align`` (bilinear; when shrinking, the mean of ⌈box / output⌉² bilinear samples
-per output pixel, which antialiases as PIL's resize does), flipped with probability ½, and scaled to
-[0, 1]. The ImageNet normalisation follows inside the backbone, as on every pipeline.
+torchvision's ``roi_align`` kernel (bilinear; when shrinking, the mean of ⌈box / output⌉² bilinear
+samples per output pixel, which antialiases as PIL's resize does), flipped with probability ½, and
+scaled to [0, 1]. The ImageNet normalisation follows inside the backbone, as on every pipeline.
+
+The kernel is called through ``torch.ops.torchvision.roi_align``, not ``torchvision.ops.roi_align``:
+with ``torch.use_deterministic_algorithms`` on (``training.deterministic``), the Python wrapper
+sends CUDA inputs to a pure-PyTorch version that, with the adaptive sampling used here, samples the
+whole padded image for every output pixel (~6×10¹⁰ samples per cub_lite batch against ≤ 10⁷ for
+the kernel: a GPU run never finished its first epoch). The wrapper does that because the kernel's
+*backward* adds with atomics; its forward computes each output on its own and is deterministic, and
+this augmentation has no backward (it runs under ``torch.no_grad``).
 
 The boxes and flips are drawn on the CPU from a seeded generator in the training process, so a run's
 augmentation does not depend on the number of loader workers or on the device.
@@ -18,12 +26,14 @@ import math
 from collections.abc import Sequence
 
 import torch
-from torchvision.ops import roi_align
+import torchvision  # noqa: F401  (registers torch.ops.torchvision)
 
 #: Aspect ratios (width / height) of the random crops: torchvision's default.
 CROP_RATIOS = (3.0 / 4.0, 4.0 / 3.0)
 #: Tries per image before falling back to the centre crop: torchvision's number.
 CROP_TRIES = 10
+#: ``roi_align``'s sampling_ratio that samples ⌈box / output⌉ points per output pixel and axis.
+ADAPTIVE_SAMPLING = -1
 
 
 def random_resized_boxes(sizes: torch.Tensor, scale: Sequence[float], generator: torch.Generator,
@@ -87,12 +97,13 @@ def crop_and_resize(images: torch.Tensor, boxes: torch.Tensor, size: int) -> tor
     Returns:
         (B, 3, size, size) float32 in [0, 1], on the images' device.
     """
-    planar = images.permute(0, 3, 1, 2).float()
-    top, left, height, width = boxes.to(device=images.device, dtype=torch.float32).unbind(1)
-    batch_index = torch.arange(len(images), device=images.device, dtype=torch.float32)
-    rois = torch.stack([batch_index, left, top, left + width, top + height], dim=1)
-    return roi_align(planar, rois, output_size=size, spatial_scale=1.0, sampling_ratio=-1,
-                     aligned=True).div_(255.0)
+    with torch.no_grad():
+        planar = images.permute(0, 3, 1, 2).float()
+        top, left, height, width = boxes.to(device=images.device, dtype=torch.float32).unbind(1)
+        batch_index = torch.arange(len(images), device=images.device, dtype=torch.float32)
+        rois = torch.stack([batch_index, left, top, left + width, top + height], dim=1)
+        crops = torch.ops.torchvision.roi_align(planar, rois, 1.0, size, size, ADAPTIVE_SAMPLING, True)
+    return crops.div_(255.0)
 
 
 def augment_batch(images: torch.Tensor, sizes: torch.Tensor, train_crop: int, scale: Sequence[float], flip: bool,

@@ -93,3 +93,27 @@ def failed_checks(checks: Iterable[HealthCheck], metrics: Mapping[str, float]) -
         elif not check.passes(float(value)):
             failures.append(f"{check.bound_text()} (got {float(value):.4g}): {check.meaning}")
     return failures
+
+
+#: ``metrics.json`` keys of init parity: the validation R@1 (fraction) of the run's test-time embedding
+#: before its first step, of the same backbone with the plain baselines' linear head, and their gap.
+INIT_VAL_R1_KEY = f"{HEALTH_PREFIX}init_val_r1"
+INIT_LINEAR_HEAD_VAL_R1_KEY = f"{HEALTH_PREFIX}init_val_r1_linear_head"
+INIT_GAP_KEY = f"{HEALTH_PREFIX}init_gap"
+#: Largest R@1 deficit at init (fraction: 0.02 = 2 points) that still counts as starting where the
+#: baseline starts.
+INIT_GAP_MAXIMUM = 0.02
+
+
+def init_parity_check() -> HealthCheck:
+    """Every trained method must start where its baseline starts: a module it inserts into a pretrained
+    backbone (attention, masks, crops) that is not the identity at initialisation destroys the
+    pretrained features before the first step, and a short schedule does not win them back.
+
+    >>> init_parity_check().bound_text()
+    'health/init_gap <= 0.02'
+    """
+    return HealthCheck(INIT_GAP_KEY, maximum=INIT_GAP_MAXIMUM,
+                       meaning="the run started more than 2 R@1 points below the same backbone with a linear "
+                               "head (validation, before the first step): what the method inserts is not the "
+                               "identity at initialisation")

@@ -8,7 +8,7 @@ from typing import Any
 
 from dmlbench.config import ensemble_spec, logs_epochs, resolve_method, resolve_run, section
 from dmlbench.methods import build_recipe
-from dmlbench.methods.health import HealthCheck
+from dmlbench.methods.health import HealthCheck, init_parity_check
 
 from .build import Report, build_report
 from .caption import merge_settings
@@ -59,7 +59,10 @@ def health_checks(config: Mapping[str, Any], dataset: str, method: str, seed: in
     none for an ensemble of trained runs (its members' runs carry them)."""
     if ensemble_spec(config, method) is not None:
         return []
-    return build_recipe(resolve_run(config, dataset, method, seed)).health_checks()
+    run = resolve_run(config, dataset, method, seed)
+    training = run["training"]
+    parity = [init_parity_check()] if training["epochs"] > 0 and training.get("val_fraction", 0) > 0 else []
+    return [*build_recipe(run).health_checks(), *parity]
 
 
 def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path,

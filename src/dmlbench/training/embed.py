@@ -82,7 +82,8 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     trained_on = checkpoint.get("device", "cpu")
     stats = {"num_parameters": float(count_parameters(model)),
              "gflops": forward_gflops(model, run["training"]["image"]["test_crop"]),
-             "deterministic": float(ran_deterministically(checkpoint["run"]["training"], trained_on)),
+             "deterministic": float(ran_deterministically(checkpoint["run"]["training"], trained_on)
+                                    and not checkpoint.get("nondeterministic_ops")),
              "training_gpu": float(gpu_index(trained_on)),
              **checkpoint.get("summary", {})}
     arrays["stat_names"] = np.asarray(list(stats), dtype=str)

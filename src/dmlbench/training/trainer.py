@@ -36,9 +36,13 @@ from dmlbench.config import ConfigError
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation import recall_at_k
 from dmlbench.methods import Recipe, TrainContext, build_recipe
+from dmlbench.methods.base import linear_head_model
+from dmlbench.methods.health import INIT_GAP_KEY, INIT_LINEAR_HEAD_VAL_R1_KEY, INIT_VAL_R1_KEY
 from dmlbench.placement import claim_device
 from dmlbench.training.checkpoint import RESUME_CHECKPOINT_KEYS, atomic_torch_save, config_digest, load_checkpoint
 from dmlbench.training.data import RunData, load_run_data
+from dmlbench.training.embedding import compute_embeddings
+from dmlbench.training.kernel_warnings import KernelWarnings
 from dmlbench.training.optim import build_optimizer, build_scheduler
 from dmlbench.training.seeding import configure_determinism, derive_seed, seed_everything
 
@@ -84,6 +88,23 @@ def non_finite_tensors(*modules: nn.Module) -> list[str]:
         for name, tensor in (*module.named_parameters(), *module.named_buffers())
         if tensor.is_floating_point() and not torch.isfinite(tensor).all()
     ]
+
+
+@dataclass
+class EpochStats:
+    """What one pass over an epoch's batches did.
+
+    Attributes:
+        mean_loss: mean training loss per image.
+        images: images trained on.
+        step_seconds: wall time of the batches alone (s): loading, augmentation, forward, backward, step.
+        loader_wait_seconds: the part of ``step_seconds`` spent waiting for the loader (s).
+    """
+
+    mean_loss: float
+    images: int
+    step_seconds: float
+    loader_wait_seconds: float
 
 
 @dataclass
@@ -144,10 +165,12 @@ def _write_log(rows: list[dict[str, float]], path: Path) -> None:
     write_text_atomic(path, pd.DataFrame(rows, columns=columns).to_csv(index=False, lineterminator="\n"))
 
 
-def recall_at_1(recipe: Recipe, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
+def recall_at_1(recipe: Recipe | None, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
                 device: torch.device, num_workers: int = 0) -> float:
-    """R@1 of the recipe's test-time embedding of ``dataset`` (query/gallery when ``split`` has them)."""
-    embeddings = recipe.embed(model, dataset, batch_size, device, num_workers)
+    """R@1 of the recipe's test-time embedding of ``dataset`` (query/gallery when ``split`` has them);
+    ``recipe`` None: the model's own output (a plain baseline's embedding)."""
+    embeddings = (recipe.embed(model, dataset, batch_size, device, num_workers) if recipe is not None
+                  else compute_embeddings(model, dataset, batch_size, device, num_workers))
     query_gallery = split if split is not None and "query" in set(split) else None
     return recall_at_k(embeddings, dataset.labels, [1], split=query_gallery)[1]
 
@@ -188,6 +211,8 @@ class Trainer:
         self.scheduler = build_scheduler(self.training["schedule"], self.optimizer, self.training["epochs"])
         self.scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and self.training["amp"])
         self.log: list[dict[str, float]] = []
+        self.kernel_warnings = KernelWarnings()
+        self.init_parity: dict[str, float] = {}
         self.best_score = -math.inf
         self.best_epoch = 0
         self.best_state: dict[str, torch.Tensor] = {}
@@ -203,6 +228,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "log": self.log, "best_score": self.best_score, "best_epoch": self.best_epoch,
             "best_state": self.best_state, "recipe": self.recipe.state_dict(),
+            "warnings": self.kernel_warnings.seen, "init_parity": self.init_parity,
         }
 
     def try_resume(self) -> bool:
@@ -224,13 +250,15 @@ class Trainer:
         self.best_score, self.best_epoch = state["best_score"], state["best_epoch"]
         self.best_state = state["best_state"]
         self.recipe.load_state_dict(state.get("recipe", {}))
+        self.kernel_warnings = KernelWarnings(state.get("warnings", []))
+        self.init_parity = dict(state.get("init_parity", {}))
         self.start_epoch = state["epoch"] + 1
         tqdm.write(f"[dmlbench] resuming from {self.scratch} after epoch {state['epoch']}")
         return True
 
     # --- one epoch ------------------------------------------------------------------------
-    def _train_epoch(self, epoch: int) -> tuple[float, int, float]:
-        """One pass of the epoch's batches: (mean loss, images seen, seconds spent waiting for the loader)."""
+    def train_epoch(self, epoch: int) -> EpochStats:
+        """One pass of the epoch's batches, after the recipe's epoch hook (not included in ``step_seconds``)."""
         seed = derive_seed(self.run["seed"], "epoch", epoch)
         seed_everything(seed)
         self.recipe.on_epoch_start(epoch, self.model, self.context)
@@ -266,8 +294,9 @@ class Trainer:
             total += loss.item() * len(labels)
             seen += len(labels)
             bar.set_postfix(loss=f"{total / seen:.4f}", img_s=f"{seen / (time.perf_counter() - started):.0f}")
+        step_seconds = time.perf_counter() - started
         self.scheduler.step()
-        return total / max(seen, 1), seen, waits.seconds
+        return EpochStats(total / max(seen, 1), seen, step_seconds, waits.seconds)
 
     def _check_finite(self, epoch: int) -> None:
         """Stop before anything of a diverged epoch is saved: a finite loss (an L2-normalised one stays
@@ -290,6 +319,23 @@ class Trainer:
     def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:
         return {"val": val_r1, "test": test_r1, "last": float(epoch)}[self.selection]
 
+    def measure_init_parity(self) -> dict[str, float]:
+        """Validation R@1 before the first step: the run's test-time embedding, the same backbone with
+        the plain baselines' linear head (built from the run's init seed), and the gap (fractions).
+
+        A linear-head baseline's gap is 0 exactly: its model is the reference. The global RNG is reseeded
+        at every epoch's start, so building the reference here changes nothing of the training.
+        """
+        batch, workers = self.training["eval_batch_size"], self.training["num_workers"]
+        method_r1 = recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
+        seed_everything(derive_seed(self.run["seed"], "init"))
+        reference = place_model(linear_head_model(self.training), self.training, self.device)
+        reference_r1 = recall_at_1(None, reference, self.data.val, None, batch, self.device, workers)
+        tqdm.write(f"[dmlbench] at init: val R@1 {method_r1:.4f}; the same backbone with a linear head "
+                   f"{reference_r1:.4f}")
+        return {INIT_VAL_R1_KEY: method_r1, INIT_LINEAR_HEAD_VAL_R1_KEY: reference_r1,
+                INIT_GAP_KEY: reference_r1 - method_r1}
+
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> TrainResult:
         """Train the remaining epochs, then write ``checkpoint.pt`` and ``log.csv`` and clear the scratch file.
 
@@ -300,20 +346,24 @@ class Trainer:
         batch = self.training["eval_batch_size"]
         epochs = self.training["epochs"]
         first = self.start_epoch
+        if first == 1 and epochs > 0 and self.data.val is not None:
+            self.init_parity = self.measure_init_parity()
         for epoch in range(first, epochs + 1):
             lr = self.optimizer.param_groups[0]["lr"]
             started = time.perf_counter()
-            mean_loss, seen, waited = self._train_epoch(epoch)
-            seconds = time.perf_counter() - started
-            self._check_finite(epoch)
-            workers = self.training["num_workers"]
-            val_r1 = (recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
-                      if self.data.val else math.nan)
-            test_r1 = (recall_at_1(self.recipe, self.model, self.data.test, self.data.test_split, batch, self.device,
-                                   workers)
-                       if self.selection == "test" or self.training.get("log_test_recall") else math.nan)
-            row = {"epoch": epoch, "loss": mean_loss, "val_R@1": val_r1, "test_R@1": test_r1,
-                   "lr": lr, "seconds": seconds, "images_per_s": seen / seconds, "loader_wait_share": waited / seconds}
+            with self.kernel_warnings.watch(f"epoch {epoch}"):
+                stats = self.train_epoch(epoch)
+                seconds = time.perf_counter() - started
+                self._check_finite(epoch)
+                workers = self.training["num_workers"]
+                val_r1 = (recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
+                          if self.data.val else math.nan)
+                test_r1 = (recall_at_1(self.recipe, self.model, self.data.test, self.data.test_split, batch,
+                                       self.device, workers)
+                           if self.selection == "test" or self.training.get("log_test_recall") else math.nan)
+            row = {"epoch": epoch, "loss": stats.mean_loss, "val_R@1": val_r1, "test_R@1": test_r1, "lr": lr,
+                   "seconds": seconds, "images_per_s": stats.images / seconds,
+                   "loader_wait_share": stats.loader_wait_seconds / seconds}
             if self.training.get("log_train_recall"):
                 row["train_R@1"] = self._train_recall1(batch)
             self.log.append({**row, **self.recipe.epoch_log()})
@@ -321,8 +371,9 @@ class Trainer:
             if score > self.best_score:
                 self.best_score, self.best_epoch = score, epoch
                 self.best_state = _snapshot(self.model)
-            tqdm.write(f"[dmlbench] epoch {epoch}/{epochs} loss {mean_loss:.4f} val R@1 {val_r1:.4f} "
-                       f"{seen / seconds:.0f} img/s, {waited / seconds:.0%} of it waiting for the loader")
+            tqdm.write(f"[dmlbench] epoch {epoch}/{epochs} loss {stats.mean_loss:.4f} val R@1 {val_r1:.4f} "
+                       f"{stats.images / seconds:.0f} img/s, {stats.loader_wait_seconds / seconds:.0%} of it "
+                       f"waiting for the loader")
             atomic_torch_save(self._scratch_state(epoch), self.scratch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch)
@@ -338,7 +389,8 @@ class Trainer:
             "run": self.run, "digest": self.digest, "model": self.best_state, "loss": self.loss.state_dict(),
             "num_classes": self.data.num_classes, "selected_epoch": self.best_epoch,
             "selection": self.selection, "selection_score": self.best_score,
-            "summary": self.recipe.summary(), "device": str(self.device),
+            "summary": {**self.recipe.summary(), **self.init_parity}, "device": str(self.device),
+            "nondeterministic_ops": self.kernel_warnings.nondeterministic_ops(),
         }, self.out_dir / "checkpoint.pt")
         self.scratch.unlink(missing_ok=True)
 
