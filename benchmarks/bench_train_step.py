@@ -23,6 +23,7 @@ slice). On CUDA, ``training.amp`` applies as in the trainer.
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 from types import SimpleNamespace
@@ -56,6 +57,10 @@ def parse_setting(text: str) -> dict[str, Any]:
 def train_images_per_s(run: dict[str, Any], batches: int, warmup: int, device: torch.device) -> float:
     """Median images/s of one training step of ``run`` over ``batches`` steps after ``warmup`` ones
     (under ``training.amp`` autocast on CUDA, as the trainer runs it)."""
+    run = copy.deepcopy(run)
+    options = run["method_config"].get("options") or {}
+    if options.get("warmup_epochs") == 0:  # D&C clusters the training images at epoch 1: time its warm-up
+        options["warmup_epochs"] = 1       # phase instead, the same network and step (see the module doc)
     training = run["training"]
     sampler = training["sampler"]
     classes, per_class = sampler["classes_per_batch"], sampler["images_per_class"]

@@ -16,7 +16,7 @@ import pytest
 import scipy.io
 import yaml
 from conftest import REPO
-from datasets_fakes import FakeCopy, make_cars, make_inshop, make_sop, make_vehicleid, snapshot
+from datasets_fakes import FakeCopy, make_cars, make_cub, make_inshop, make_sop, make_vehicleid, snapshot
 from PIL import Image
 
 from dmlbench import cli
@@ -375,3 +375,49 @@ def test_harmless_variations_of_a_list_file_give_the_same_manifest(kind: str, na
     assert prepare(fake, kind, tmp_path / "out", monkeypatch) == 0
     manifest = (tmp_path / "out" / "manifest.csv").read_bytes()
     assert manifest.replace(bytes(fake.root), b"<root>") == clean_manifests[kind]
+
+
+# --- prepare never deletes or overwrites what it does not own (issue 28, data loss) ---------------------------
+
+SYNTHETIC = {"kind": "synthetic", "recall_ks": [1], "num_classes": 4, "images_per_class": 2, "image_size": 32,
+             "classes_per_family": 2, "seed": 0}
+
+
+@pytest.mark.parametrize("files", [["images/mine.png"], ["notes.txt"], ["images/"], [".hidden"], ["a/b/c.jpg"]])
+def test_prepare_refuses_a_non_empty_folder_it_did_not_make(tmp_path: Path, capsys, files: list[str]):
+    """`prepare synthetic --out DIR` used to delete DIR/images/; now a folder without the marker is left as is."""
+    out = tmp_path / "out"
+    for name in files:
+        path = out / name
+        path.mkdir(parents=True, exist_ok=True)
+        if not name.endswith("/"):
+            path.rmdir()
+            path.write_bytes(b"mine")
+    before = snapshot(out)
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"datasets": {"synthetic": SYNTHETIC}}))
+    assert main(["prepare", "synthetic", "--out", str(out), "--config", str(REPO / "params.yaml"),
+                 "--config", str(tmp_path / "overlay.yaml")]) == 2
+    assert "not made by dmlbench prepare" in capsys.readouterr().err and snapshot(out) == before
+
+
+def test_prepare_rewrites_its_own_folder_and_an_empty_one(tmp_path: Path):
+    from dmlbench.data.registry import OWNER_MARKER, prepare_dataset
+
+    out = tmp_path / "out"
+    out.mkdir()
+    prepare_dataset(SYNTHETIC, out)
+    assert (out / OWNER_MARKER).is_file()
+    prepare_dataset({**SYNTHETIC, "num_classes": 6}, out)  # its own folder: rewritten
+    assert len(list((out / "images").iterdir())) == 6
+
+
+@pytest.mark.parametrize("inside", [".", "images", "images/001.Bird_1", "new/deeper"])
+def test_prepare_never_writes_into_the_datasets_own_copy(tmp_path: Path, capsys, inside: str):
+    """`prepare cub200_cropped --out <the copy's root>` replaced the source images with their crops."""
+    from dmlbench.data.registry import OutputFolderError, prepare_dataset
+
+    fake = make_cub(tmp_path)
+    before = snapshot(fake.root)
+    with pytest.raises(OutputFolderError, match="inside the dataset's own files"):
+        prepare_dataset(fake.config("cub200", cropped=True), fake.root / inside)
+    assert snapshot(fake.root) == before

@@ -1,53 +1,156 @@
-"""Tests of the claims table: direction, noise, dead mechanisms, outputs, config errors."""
+"""Tests of the claims table: verdicts from the paired seed × query bootstrap (order and equivalence claims,
+per-query and per-run keys, fixed reference values), dead mechanisms, outputs, config errors."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from dmlbench.config import ConfigError, merge_params, validate_config
 from dmlbench.methods.health import HealthCheck
-from dmlbench.report.claims import Claim, claim_runs, evaluate_claims, write_claims
+from dmlbench.report.claims import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    SUPPORTED,
+    Claim,
+    claim_runs,
+    claims_of,
+    evaluate_claims,
+    verdict,
+    write_claims,
+)
+from dmlbench.report.collect import RunDir, collect_runs
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
+SEEDS = (0, 1, 2)
 
 
-def long_results(values: dict[tuple[str, int], float], metric: str = "R@1") -> pd.DataFrame:
-    return pd.DataFrame([("s", m, seed, metric, v) for (m, seed), v in values.items()],
-                        columns=["dataset", "method", "seed", "metric", "value"])
+def write_run(root: Path, method: str, seed: int, hits: dict[str, list[int]] | None = None,
+              metrics: dict[str, float] | None = None) -> None:
+    """A run with metrics.json and per_query.npz: ``hits`` maps a view prefix ("" or "scale2/") to the
+    queries' R@1 hits (1: first hit at rank 1, 0: at rank 2); ``metrics``: other metrics.json keys."""
+    path = root / "synthetic" / method / f"seed{seed}"
+    path.mkdir(parents=True)
+    hits = hits or {}
+    arrays = {"row": np.arange(len(next(iter(hits.values()), [0])), dtype=np.int64)}
+    values = dict(metrics or {})
+    for prefix, view in hits.items():
+        arrays[f"{prefix}first_hit_rank"] = np.where(np.array(view) == 1, 1, 2).astype(np.int64)
+        values[f"{prefix}R@1"] = float(np.mean(view))
+    np.savez(path / "per_query.npz", **arrays)
+    (path / "metrics.json").write_text(json.dumps(values))
 
 
-def test_direction_and_noise_follow_the_seed_means_and_stds() -> None:
-    """a: 0.50, 0.60 (mean 0.55, std 0.0707); b: 0.52, 0.54 (mean 0.53, std 0.0141). Δ = 0.02 ≤ 0.0707:
-    the claim a > b holds in direction but within noise; b > a does not hold."""
-    frame = long_results({("a", 0): 0.50, ("a", 1): 0.60, ("b", 0): 0.52, ("b", 1): 0.54})
-    claims = [Claim("ab", "P", "a > b", "", "R@1", "a", "b", (0, 1)),
-              Claim("ba", "P", "b > a", "", "R@1", "b", "a", (0, 1))]
-    table = evaluate_claims(claims, frame, {}).set_index("id")
-    assert table.loc["ab", "difference"] == pytest.approx(0.02)
-    assert table.loc["ab", "higher_std"] == pytest.approx(math.sqrt(0.005))
-    assert bool(table.loc["ab", "holds"]) and bool(table.loc["ab", "within_noise"])
-    assert not bool(table.loc["ba", "holds"])
+def run_claims(root: Path, claims: list[Claim]) -> pd.DataFrame:
+    """evaluate_claims on the runs under ``root`` that the claims read, indexed by claim id."""
+    keys = sorted({(m, s) for c in claims for m, _ in c.sides for s in c.seeds})
+    runs = [RunDir("synthetic", m, s, root / "synthetic" / m / f"seed{s}") for m, s in keys]
+    return evaluate_claims(claims, collect_runs(runs), runs, {}).set_index("id")
 
 
-def test_one_seed_has_no_noise_estimate() -> None:
-    frame = long_results({("a", 0): 0.5, ("b", 0): 0.4})
-    row = evaluate_claims([Claim("x", "P", "a > b", "", "R@1", "a", "b", (0,))], frame, {}).iloc[0]
-    assert bool(row.holds) and not bool(row.within_noise) and math.isnan(row.higher_std)
+def order(claim_id: str, higher: str, lower: str, metric: str = "R@1", seeds=SEEDS, **extra) -> Claim:
+    return Claim(claim_id, "P", f"{higher} > {lower}", "", metric, higher, lower, tuple(seeds),
+                 lower_metric=extra.pop("lower_metric", metric), **extra)
 
 
-def test_a_missing_metric_names_the_method_key_and_seeds() -> None:
-    frame = long_results({("a", 0): 0.5, ("b", 0): 0.4})
+def test_clear_differences_are_supported_or_contradicted(tmp_path: Path) -> None:
+    """a hits every query, b none, in 3 seeds: every replicate has d = 1 (a > b) or −1 (b > a)."""
+    for seed in SEEDS:
+        write_run(tmp_path, "a", seed, {"": [1, 1, 1, 1]})
+        write_run(tmp_path, "b", seed, {"": [0, 0, 0, 0]})
+    table = run_claims(tmp_path, [order("ab", "a", "b"), order("ba", "b", "a")])
+    assert table.loc["ab", "verdict"] == SUPPORTED and table.loc["ba", "verdict"] == CONTRADICTED
+    assert table.loc["ab", ["difference", "difference_low", "difference_high"]].tolist() == [1.0, 1.0, 1.0]
+    assert table.loc["ab", "p_not_higher"] == 0.0 and table.loc["ba", "p_not_higher"] == 1.0
+    assert table.loc["ab", "queries"] == 4
+
+
+def test_query_noise_makes_inconclusive_what_the_old_rule_called_a_clear_yes(tmp_path: Path) -> None:
+    """Every seed: a hits [1, 1, 1, 0], b [1, 0, 0, 1], so per-query d = [0, 1, 1, −1], mean 0.25 and
+    std over seeds 0 for both: the old rule (sign of the mean, 'within noise' only if |d| ≤ the larger
+    seed std = 0) said a plain "yes". A replicate sums 12 draws of d (+1 w.p. 1/2, −1 and 0 w.p. 1/4):
+    mean 3, sd √(12 · 0.6875) ≈ 2.87, so P(d ≤ 0) ≈ 0.11 > α = 0.05: inconclusive."""
+    for seed in SEEDS:
+        write_run(tmp_path, "a", seed, {"": [1, 1, 1, 0]})
+        write_run(tmp_path, "b", seed, {"": [1, 0, 0, 1]})
+    row = run_claims(tmp_path, [order("ab", "a", "b")]).loc["ab"]
+    assert row.difference == pytest.approx(0.25)
+    assert row.verdict == INCONCLUSIVE and 0.05 < row.p_not_higher < 0.2
+
+
+@pytest.mark.parametrize(("b_hits", "margin", "expected"), [([1, 1, 0, 0], 0.05, SUPPORTED),
+                                                             ([0, 0, 0, 0], 0.05, CONTRADICTED),
+                                                             ([1, 1, 1, 0], 0.25, INCONCLUSIVE)])
+def test_equivalence_inside_and_outside_the_margin(tmp_path: Path, b_hits: list[int], margin: float,
+                                                   expected: str) -> None:
+    """a hits [1, 1, 0, 0] in 3 seeds. b the same: d ≡ 0, inside ±0.05: supported. b none: d = 0.5 in every
+    replicate, wholly outside ±0.05: contradicted. b [1, 1, 1, 0]: per-query d = [0, 0, −1, 0], so a
+    replicate's d = −(share of its 12 query draws that hit query 2), mean −0.25 = −margin: P(d ≤ −0.25) =
+    P(≥ 3 of 12 draws) ≈ 0.61 and P(d ≥ −0.25) = P(≤ 3 of 12) ≈ 0.65, both ≥ α: inconclusive."""
+    for seed in SEEDS:
+        write_run(tmp_path, "a", seed, {"": [1, 1, 0, 0]})
+        write_run(tmp_path, "b", seed, {"": b_hits})
+    claim = Claim("eq", "P", "a ≈ b", "", "R@1", "a", "b", SEEDS, lower_metric="R@1", margin=margin)
+    row = run_claims(tmp_path, [claim]).loc["eq"]
+    assert row.kind == "≈" and row.verdict == expected
+
+
+@pytest.mark.parametrize(("difference", "margin", "expected"), [
+    ([0.01] * 19 + [-0.01], None, INCONCLUSIVE),     # P(d ≤ 0) = 0.05, not below α
+    ([0.01] * 39 + [-0.01], None, SUPPORTED),        # 0.025
+    ([-0.01] * 39 + [0.01], None, CONTRADICTED),
+    ([0.0] * 40, None, INCONCLUSIVE),                # identical sides
+    ([0.009] * 39 + [0.011], 0.01, SUPPORTED),       # P(d ≥ 0.01) = 0.025
+    ([0.009] * 19 + [0.011], 0.01, INCONCLUSIVE),    # 0.05
+    ([-0.02] * 40, 0.01, CONTRADICTED),
+])
+def test_verdict_reads_the_one_sided_shares(difference: list[float], margin: float | None, expected: str) -> None:
+    assert verdict(np.array(difference), margin) == expected
+
+
+def test_per_run_keys_resample_seeds_only_and_one_seed_is_inconclusive(tmp_path: Path) -> None:
+    """self_similarity has no per-query values: with one seed 0.9 vs 0.1 there is no spread (inconclusive);
+    with 3 seeds, each higher value above every lower one, every seed replicate has d ≥ 0.6 (supported)."""
+    for seed, (high, low) in zip(SEEDS, [(0.9, 0.1), (0.8, 0.2), (0.85, 0.15)]):
+        write_run(tmp_path, "nodiv", seed, {"": [1]}, {"self_similarity": high})
+        write_run(tmp_path, "div", seed, {"": [1]}, {"self_similarity": low})
+    table = run_claims(tmp_path, [order("one", "nodiv", "div", "self_similarity", seeds=(0,)),
+                                  order("three", "nodiv", "div", "self_similarity")])
+    assert table.loc["one", "verdict"] == INCONCLUSIVE and np.isnan(table.loc["one", "higher_ci_low"])
+    assert table.loc["one", "difference"] == pytest.approx(0.8) and table.loc["one", "queries"] == 0
+    assert table.loc["three", "verdict"] == SUPPORTED and table.loc["three", "difference_low"] >= 0.6 - 1e-12
+
+
+def test_a_fixed_lower_value_and_two_views_of_one_method(tmp_path: Path) -> None:
+    """health ratio 1.5, 1.6, 1.4 against uniform attention (1.0): every replicate ≥ 1.4, supported, and the
+    lower side has no interval. scale2 hits [1, 1, 1, 1], scale0 [1, 0, 1, 0] in one seed, paired per query:
+    d = share of the 4 query draws on queries 1 and 3, so P(d ≤ 0) = 0.5⁴ = 0.0625 ≥ α: inconclusive."""
+    for seed, ratio in zip(SEEDS, (1.5, 1.6, 1.4)):
+        write_run(tmp_path, "mpn", seed, {"": [1, 0, 1, 0], "scale0/": [1, 0, 1, 0], "scale2/": [1, 1, 1, 1]},
+                  {"health/same_class_attention_ratio": ratio})
+    attention = Claim("att", "MPN", "ratio > 1", "", "health/same_class_attention_ratio", "mpn", None, SEEDS,
+                      lower_metric="health/same_class_attention_ratio", lower_value=1.0)
+    scales = Claim("sc", "DeML", "fine > coarse", "", "scale2/R@1", "mpn", "mpn", (0,), lower_metric="scale0/R@1")
+    table = run_claims(tmp_path, [attention, scales])
+    assert table.loc["att", "verdict"] == SUPPORTED and table.loc["att", "difference"] == pytest.approx(0.5)
+    assert np.isnan(table.loc["att", "lower_ci_low"]) and table.loc["att", "lower"] == ""
+    assert table.loc["sc", "difference"] == pytest.approx(0.5) and table.loc["sc", "queries"] == 4
+    assert table.loc["sc", "p_not_higher"] == pytest.approx(0.5 ** 4, abs=0.03)
+    assert table.loc["sc", "verdict"] == INCONCLUSIVE
+
+
+def test_a_missing_metric_names_the_method_key_and_seeds(tmp_path: Path) -> None:
+    write_run(tmp_path, "a", 0, {"": [1]}, {"self_similarity": 0.1})
+    write_run(tmp_path, "b", 0, {"": [1]})
     with pytest.raises(ConfigError, match=r"b has no 'self_similarity' in metrics.json of seed\(s\) \[0\]"):
-        evaluate_claims([Claim("x", "P", "", "", "self_similarity", "b", "a", (0,))],
-                        long_results({("a", 0): 0.1}, "self_similarity"), {})
+        run_claims(tmp_path, [order("x", "a", "b", "self_similarity", seeds=(0,))])
 
 
-def make_config(tmp_path: Path) -> dict:
+def make_config() -> dict:
     config = merge_params([PARAMS])
     config["claims"] = {"dataset": "synthetic", "items": [
         {"id": "abe_vs_heads", "paper": "ABE", "claim": "ABE-8 > 8-heads", "reported": "60.6 vs 56.0 (Tab. 1)",
@@ -56,32 +159,36 @@ def make_config(tmp_path: Path) -> dict:
     return config
 
 
-def write_run(root: Path, method: str, seed: int, metrics: dict) -> None:
-    path = root / "synthetic" / method / f"seed{seed}"
-    path.mkdir(parents=True)
-    (path / "metrics.json").write_text(json.dumps(metrics))
-
-
 def test_write_claims_writes_three_files_and_marks_a_dead_side(tmp_path: Path) -> None:
-    config = make_config(tmp_path)
+    """abe8 hits every query, heads8 none (2 seeds): 100.0 ± 0.0 vs 0.0 ± 0.0, difference 100 [100, 100]."""
     runs = tmp_path / "runs"
-    for seed, (abe, heads) in enumerate([(0.30, 0.20), (0.32, 0.22)]):
-        write_run(runs, "abe8", seed, {"R@1": abe, "health/mask_std": 0.01})
-        write_run(runs, "heads8", seed, {"R@1": heads})
+    for seed in (0, 1):
+        write_run(runs, "abe8", seed, {"": [1, 1, 1]}, {"health/mask_std": 0.01})
+        write_run(runs, "heads8", seed, {"": [0, 0, 0]})
     checks = {"abe8": [HealthCheck("health/mask_std", minimum=0.05, meaning="masks constant")], "heads8": []}
-    table = write_claims(config, runs, tmp_path / "out", checks)
-    assert table.loc[0, "difference"] == pytest.approx(0.10) and bool(table.loc[0, "higher_dead"])
+    table = write_claims(make_config(), runs, tmp_path / "out", checks)
+    assert table.loc[0, "difference"] == pytest.approx(1.0) and bool(table.loc[0, "higher_dead"])
     markdown = (tmp_path / "out" / "claims.md").read_text()
-    assert "| ABE | ABE-8 > 8-heads | 60.6 vs 56.0 (Tab. 1) | 31.0 ± 1.4 † | 21.0 ± 1.4 | 10.0 | yes |" in markdown
+    assert ("| ABE | ABE-8 > 8-heads | 60.6 vs 56.0 (Tab. 1) | 100.0 ± 0.0 † | 0.0 ± 0.0 | 100.0 [100.0, 100.0] "
+            "| supported |") in markdown
     assert "\\textsuperscript{\\dag}" in (tmp_path / "out" / "claims.tex").read_text()
-    assert pd.read_csv(tmp_path / "out" / "claims.csv")["holds"].tolist() == [True]
+    assert pd.read_csv(tmp_path / "out" / "claims.csv")["verdict"].tolist() == [SUPPORTED]
 
 
-def test_claim_runs_lists_each_run_once(tmp_path: Path) -> None:
-    config = make_config(tmp_path)
+def test_claim_runs_lists_each_run_once_and_claims_seeds_override_the_items(tmp_path: Path) -> None:
+    config = make_config()
     config["claims"]["items"].append({**config["claims"]["items"][0], "id": "again"})
-    runs = claim_runs(config, tmp_path)
-    assert [(r.method, r.seed) for r in runs] == [("abe8", 0), ("abe8", 1), ("heads8", 0), ("heads8", 1)]
+    assert [(r.method, r.seed) for r in claim_runs(config, tmp_path)] == [
+        ("abe8", 0), ("abe8", 1), ("heads8", 0), ("heads8", 1)]
+    config["claims"]["seeds"] = [2]
+    assert {c.seeds for c in claims_of(config)[1]} == {(2,)}
+    assert [(r.method, r.seed) for r in claim_runs(config, tmp_path)] == [("abe8", 2), ("heads8", 2)]
+
+
+def test_the_cub_lite_overlay_moves_the_claims_to_cub200_on_three_seeds() -> None:
+    config = merge_params([PARAMS, PARAMS.parent / "workflow" / "overlays" / "cub_lite.yaml"])
+    dataset, claims = claims_of(config)
+    assert dataset == "cub200" and {c.seeds for c in claims} == {(0, 1, 2)} and len(claims) >= 25
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -90,9 +197,12 @@ def test_claim_runs_lists_each_run_once(tmp_path: Path) -> None:
     (lambda c: c["claims"].update(dataset="nowhere"), r"datasets.nowhere"),
     (lambda c: c["tables"].update(claims=c["tables"]["table1"]), r"tables.claims: the name 'claims' belongs"),
     (lambda c: c["claims"]["items"][0].pop("metric"), r"claims.items.0: 'metric' is a required property"),
+    (lambda c: c["claims"]["items"][0].update(lower_value=1.0), r"claims.items\[0\] \(abe_vs_heads\): give exactly one of 'lower'"),
+    (lambda c: c["claims"]["items"][0].pop("lower"), r"give exactly one of 'lower' \(a method\) and 'lower_value'"),
+    (lambda c: c["claims"]["items"][0].update(margin=0), r"claims.items.0.margin"),
 ])
-def test_bad_claims_are_config_errors_naming_the_key(tmp_path: Path, edit, message: str) -> None:
-    config = make_config(tmp_path)
+def test_bad_claims_are_config_errors_naming_the_key(edit, message: str) -> None:
+    config = make_config()
     edit(config)
     with pytest.raises(ConfigError, match=message):
         validate_config(config)

@@ -12,7 +12,7 @@ from datasets_fakes import FakeCopy, make_cars, make_cub, make_inshop, make_sop,
 from dmlbench.data.images import ImageCheckError, load_rgb
 from dmlbench.data.manifest import ManifestError, read_manifest
 from dmlbench.data.official import DatasetConfigError, DatasetNotFoundError
-from dmlbench.data.registry import prepare_dataset
+from dmlbench.data.registry import OWNER_MARKER, prepare_dataset
 
 #: kind -> (fake builder, a list file whose absence must be reported)
 FAKES: dict[str, tuple[Callable[[Path], FakeCopy], str]] = {
@@ -137,6 +137,6 @@ def test_rerun_overwrites_manifest_atomically(tmp_path):
     fake = make_sop(tmp_path / "raw")
     first = prepare_dataset(fake.config("sop"), tmp_path / "out").read_bytes()
     assert prepare_dataset(fake.config("sop"), tmp_path / "out").read_bytes() == first
-    # no temporary files left
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["manifest.csv", "super_classes.csv"]
+    # no temporary files left; the marker says that prepare owns the folder
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [OWNER_MARKER, "manifest.csv", "super_classes.csv"]
 

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from dmlbench.data.samplers import PairBatchSampler
+from dmlbench.evaluation.evaluate import self_pair_similarity
 from dmlbench.losses import ContrastiveLoss, build_loss
 from dmlbench.losses.abe_divergence import ABELoss, divergence_loss, partner_contrastive, split_learners
 from dmlbench.methods import OptionsError, build_recipe
+from dmlbench.methods.abe import divergence_ramp
 from dmlbench.methods.health import failed_checks
 from dmlbench.models.abe import AttentionEnsemble, HeadsEnsemble
 from dmlbench.models.backbones import build_backbone
@@ -66,7 +68,8 @@ def test_divergence_loss_by_hand():
 
 
 def init_like_learners(num_learners: int, num_images: int = 16, spread: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ensemble embeddings as at ABE's initialisation: the M learners of an image are close (a shared
+    """Ensemble embeddings as at the initialisation of ABE with a shared final layer (``embedding_layer:
+    shared``): the M learners of an image are close (a shared
     direction + a little per-learner noise, self-pair cosine ≈ 0.9), w = 8; 4 images per class."""
     generator = torch.Generator().manual_seed(0)
     shared = torch.randn(num_images, 1, 8, generator=generator)
@@ -167,6 +170,36 @@ def test_masks_start_open_so_abe_keeps_the_backbone_features():
         AttentionEnsemble(small_backbone(), 2, 4, "stage2", "stage3", mask_weight_gain=0.0)
 
 
+def self_cosine(model: AttentionEnsemble, images: torch.Tensor) -> float:
+    """Mean cosine of the self pairs (two learners, one image) of ``model``'s embedding of ``images``."""
+    with torch.no_grad():
+        return self_pair_similarity(model(images).numpy(), model.learner_slices)
+
+
+def test_learners_differ_at_init_but_keep_the_backbone_features():
+    """Default (a final layer per learner, initialised as M-heads'): the learners differ at init
+    (self-pair cosine near 0: independent random projections; the shared final layer of Eq. 7 makes
+    them copies, > 0.95 with open masks); with the masks exactly 1 learner m computes
+    L2(W_m · G(S(x))), the linear head on the backbone's own pooled features, and with the default
+    open masks within a few per cent of it."""
+    images = torch.rand(6, 3, 20, 20)
+    torch.manual_seed(0)
+    model = AttentionEnsemble(small_backbone(), 8, 8, "stage2", "stage3").eval()
+    torch.manual_seed(0)
+    shared = AttentionEnsemble(small_backbone(), 8, 8, "stage2", "stage3", shared_embedding=True).eval()
+    assert len(model.embedding) == 8 and len(shared.embedding) == 1
+    assert abs(self_cosine(model, images)) < 0.3
+    assert self_cosine(shared, images) > 0.95
+    with torch.no_grad():
+        pooled = model.backbone(images)  # the backbone's own pooled features, no mask
+        unmasked = torch.cat([torch.nn.functional.normalize(layer(pooled), dim=1) for layer in model.embedding], 1)
+        open_masks = model(images)
+        model.mask_conv.weight.zero_()
+        model.mask_conv.bias.fill_(100.0)  # σ(100) == 1.0 in float32: masks exactly 1
+        assert torch.allclose(model(images), unmasked, atol=1e-6)
+    assert (open_masks - unmasked).norm() / unmasked.norm() < 0.1
+
+
 def test_attention_trunk_keeps_the_resolution_and_is_a_copy():
     backbone = small_backbone()
     model = AttentionEnsemble(backbone, 2, 4, "stage2", "stage4")
@@ -242,13 +275,19 @@ def test_parameter_counts_abe_shares_g_heads_copy_it():
     def count(model):
         return sum(p.numel() for p in model.parameters())
 
-    abe = [count(AttentionEnsemble(small_backbone(), m, 4, "stage2", "stage3")) for m in (1, 2)]
+    def abe(shared_embedding: bool) -> list[int]:
+        return [count(AttentionEnsemble(small_backbone(), m, 4, "stage2", "stage3", shared_embedding=shared_embedding))
+                for m in (1, 2)]
+
     heads = [count(HeadsEnsemble(small_backbone(), m, 4, "stage2")) for m in (1, 2)]
     mask_block = 16 * 8 + 8  # one more learner: a 1×1 conv block 16 → 8 channels with bias
-    assert abe[1] - abe[0] == mask_block
+    linear = 32 * 4 + 4  # a linear layer 32 → 4 with bias
+    shared, per_learner = abe(shared_embedding=True), abe(shared_embedding=False)
+    assert shared[1] - shared[0] == mask_block  # Eq. 7 literally: only the mask is per learner
+    assert per_learner[1] - per_learner[0] == mask_block + linear  # the default: its own final layer too
     later = sum(p.numel() for p in small_backbone().stages("stage2", "pool").parameters())
-    assert heads[1] - heads[0] == later + (32 * 4 + 4)  # a copy of G + its own linear layer
-    assert heads[0] == count(small_backbone()) + 32 * 4 + 4
+    assert heads[1] - heads[0] == later + linear  # a copy of G + its own linear layer
+    assert heads[0] == count(small_backbone()) + linear
 
 
 def test_heads_learners_are_separate_networks():
@@ -281,6 +320,69 @@ def test_recipe_options_and_errors(params):
     heads = build_recipe(abe_run(params, architecture="heads", learners=2))
     with pytest.raises(NotImplementedError):
         heads.attention_maps(heads.build_model(), torch.rand(1, 3, 20, 20))
+
+
+def test_recipe_default_learners_differ_at_init(params):
+    """The recipe's default ``embedding_layer: per_learner``: one final layer per learner and learners
+    that differ at init; ``shared`` (Eq. 7 read literally) keeps one layer and near-identical learners."""
+    images = torch.rand(6, 3, 20, 20)
+    torch.manual_seed(0)
+    model = build_recipe(abe_run(params, learners=8, dim=64)).build_model().eval()
+    torch.manual_seed(0)
+    shared = build_recipe(abe_run(params, learners=8, dim=64, embedding_layer="shared")).build_model().eval()
+    assert len(model.embedding) == 8 and len(shared.embedding) == 1
+    assert abs(self_cosine(model, images)) < 0.3 < 0.95 < self_cosine(shared, images)
+    with pytest.raises(OptionsError, match="embedding_layer"):
+        build_recipe(abe_run(params, embedding_layer="both"))
+
+
+def test_divergence_ramp_by_hand(params):
+    """λ_div share min(1, (epoch − 1 + batch / batches) / W): W = 2 epochs of 4 batches."""
+    assert [divergence_ramp(1, b, 4, 2.0) for b in range(4)] == [0.0, 0.125, 0.25, 0.375]
+    assert [divergence_ramp(2, b, 4, 2.0) for b in range(4)] == [0.5, 0.625, 0.75, 0.875]
+    assert divergence_ramp(3, 0, 4, 2.0) == divergence_ramp(9, 3, 4, 2.0) == 1.0
+    assert divergence_ramp(1, 1, 4, 0.5) == 0.5 and divergence_ramp(1, 2, 4, 0.5) == 1.0  # half an epoch
+    assert divergence_ramp(1, 0, 4, 0.0) == 1.0  # no warm-up: in full from the first batch
+    with pytest.raises(OptionsError, match="divergence_warmup_epochs"):
+        build_recipe(abe_run(params, divergence_warmup_epochs=-1.0))
+
+
+def test_divergence_warmup_is_applied_logged_and_resumed(params, tiny_manifest, tmp_path):
+    """W = 2 epochs, 2 batches per epoch, λ_div = 0.5: the batches get 0.5 × (0, 0.25 | 0.5, 0.75 | 1, 1),
+    so log.csv's epoch means of the applied λ_div are 0.0625, 0.3125, 0.5 — in a run cut after epoch 2
+    and resumed as in one that was not; without warm-up every epoch logs 0.5."""
+    run = abe_run(params, epochs=3, learners=2, batches="class_balanced", divergence_weight=0.5,
+                  divergence_warmup_epochs=2.0)
+
+    class Stop(Exception):
+        pass
+
+    def stop(epoch: int) -> None:
+        if epoch == 2:
+            raise Stop
+
+    train_run(run, tiny_manifest, tmp_path / "a" / "out", tmp_path / "a" / "scratch", progress=False)
+    with pytest.raises(Stop):
+        train_run(run, tiny_manifest, tmp_path / "b" / "out", tmp_path / "b" / "scratch", progress=False,
+                  on_epoch_end=stop)
+    train_run(run, tiny_manifest, tmp_path / "b" / "out", tmp_path / "b" / "scratch", progress=False)
+    for name in ("a", "b"):
+        logged = pd.read_csv(tmp_path / name / "out" / "log.csv")["divergence_weight"].tolist()
+        assert logged == pytest.approx([0.0625, 0.3125, 0.5], abs=1e-12), name
+    plain = abe_run(params, epochs=2, learners=2, batches="class_balanced", divergence_weight=0.5)
+    train_run(plain, tiny_manifest, tmp_path / "c" / "out", tmp_path / "c" / "scratch", progress=False)
+    assert pd.read_csv(tmp_path / "c" / "out" / "log.csv")["divergence_weight"].tolist() == [0.5, 0.5]
+    # the loss applies what the recipe computes: batch 1 of epoch 1 gets 0.5 × 0.25
+    recipe = build_recipe(run)
+    model, loss = recipe.build_model(), recipe.build_loss(num_classes=3)
+    recipe.on_epoch_start(1, model, None)
+    recipe.build_sampler(np.repeat(np.arange(3), 3), torch.Generator())
+    images, labels = torch.rand(4, 3, 20, 20), torch.tensor([0, 0, 1, 1])
+    for expected in (0.0, 0.125):
+        value = recipe.training_loss(model, loss, images, labels, torch.arange(4))
+        assert loss.divergence_weight == expected
+        terms = loss.last_terms
+        assert value.item() == pytest.approx((terms["metric"] + expected * terms["divergence"]).item(), abs=1e-6)
 
 
 def test_recipe_attention_maps_are_per_learner(params):

@@ -235,13 +235,65 @@ def test_saliency_weighs_layers_equally(variant):
 
 # ------------------------------------------------------------------------------ CAM and gradient reversal
 def test_cam_reweights_channels():
-    cam = ChannelAttention(6, hidden=4)
+    """The paper's σ gate at PyTorch's init: weights in (0, 1) that vary over channels (and positions)."""
+    cam = ChannelAttention(6, hidden=4, init="paper")
     x = torch.randn(2, 6, 5, 5)
     weights = cam.weights(x)
     assert weights.shape == (2, 6, 1, 1) and weights.flatten(1).std(1).min() > 0
+    assert weights.min() > 0 and weights.max() < 1
     assert torch.allclose(cam(x), x * weights)
-    per_position = ChannelAttention(6, hidden=4, pooled=False).weights(x)
+    per_position = ChannelAttention(6, hidden=4, pooled=False, init="paper").weights(x)
     assert per_position.shape == (2, 6, 5, 5) and per_position.std(dim=(2, 3)).min() > 0
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+def test_identity_cam_leaves_features_unchanged_and_its_gate_learns(pooled):
+    """Default init: gate 2σ(z) with the last layer zero, so U ⊙ 1 = U exactly (the paper's init halves
+    U, ≈ 0.5 per gate). The gate still learns from the first step: ∂out/∂b2_c = U_c · 2σ'(0) = U_c / 2."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 5, 5)
+    cam = ChannelAttention(6, hidden=4, pooled=pooled)
+    assert torch.equal(cam(x), x)
+    old = ChannelAttention(6, hidden=4, pooled=pooled, init="paper")
+    assert (old(x) - x).norm() / x.norm() > 0.3
+    upstream = torch.randn_like(x)
+    (cam(x) * upstream).sum().backward()
+    by_hand = 0.5 * (x * upstream).sum(dim=(0, 2, 3))
+    assert torch.allclose(cam.expand.bias.grad, by_hand, atol=1e-5)
+    assert cam.expand.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="CAM init"):
+        ChannelAttention(6, init="open")
+
+
+def _backbone_embedding(model, scale: int, images: torch.Tensor) -> torch.Tensor:
+    """One CA learner of ``scale`` on the bare backbone's pooled features, L2-normalised: (B, w)."""
+    return torch.nn.functional.normalize(model.learners[scale][0](model.backbone[scale](images)), dim=-1)
+
+
+@pytest.mark.parametrize("cam_pooled", [True, False])
+def test_default_deml_at_init_embeds_every_scale_as_its_backbone(params, cam_pooled):
+    """DeML(3, 2) at init with the default CAMs: every learner of scale i is the backbone of scale i on
+    that scale's input (the image, then the zoomed OAM crops) through the shared learner; with the
+    paper's CAMs the embedding differs from the bare backbone's."""
+    torch.manual_seed(0)
+    images = torch.rand(4, 3, 20, 20)
+    model = build_recipe(deml_run(params, dim=12, num_scales=3, num_cams=2,
+                                  cam_pooled=cam_pooled)).build_model().eval()
+    with torch.no_grad():
+        embedding = model(images).view(4, 3, 2, 2)  # (B, scale, learner, w)
+        _, _, boxes = model._passes(images)
+        x = images
+        for scale in range(3):
+            expected = _backbone_embedding(model, scale, x)
+            for learner in range(2):
+                assert torch.allclose(embedding[:, scale, learner], expected, atol=1e-5)
+            if scale < 2:
+                x = crop_and_zoom(x, boxes[scale])
+    paper = build_recipe(deml_run(params, dim=12, num_scales=1, num_cams=2, cam_pooled=cam_pooled,
+                                  cam_init="paper")).build_model().eval()
+    with torch.no_grad():
+        gap = (paper(images).view(4, 2, 6)[:, 0] - _backbone_embedding(paper, 0, images)).norm(dim=-1)
+    assert gap.min() > 1e-3
 
 
 def test_gradient_reversal_flips_the_sign():
@@ -400,6 +452,7 @@ def test_attention_maps_for_figures(params):
 @pytest.mark.parametrize(("options", "message"), [
     ({"num_cams": -1}, "num_cams must be ≥ 0"),
     ({"oam_variant": "other"}, "oam_variant"),
+    ({"cam_init": "open_bias"}, "cam_init"),
     ({"oam_layers": []}, "oam_layers must name at least one stage"),
     ({"adversary_weight": -1.0}, "adversary_weight must be ≥ 0"),
 ])
@@ -437,7 +490,7 @@ def test_training_is_deterministic_and_logs_the_terms(params, tiny_manifest, tmp
     row = dict(zip(header, log[1].split(",")))
     assert math.isfinite(float(row["learner_cosine"])) and float(row["loss_ntri"]) > 0
     assert all(row[key] in ("", "nan") for key in HEALTH_KEYS)  # NaN
-    assert summaries[0] == {}
+    assert not set(summaries[0]) & set(HEALTH_KEYS)  # the OAM numbers are absent, not NaN
 
 
 # ------------------------------------------------------------------------------ mechanism health

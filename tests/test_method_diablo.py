@@ -13,7 +13,14 @@ import torch.nn.functional as F
 from dmlbench.evaluation import evaluate_file
 from dmlbench.losses import build_loss
 from dmlbench.methods import OptionsError, build_recipe
-from dmlbench.methods.diablo import attention_entropy_ratio, dictionary_usage
+from dmlbench.methods.diablo import (
+    PROBE_IMAGES,
+    DIABLOOptions,
+    attention_change,
+    attention_entropy_ratio,
+    dictionary_usage,
+    relative_change,
+)
 from dmlbench.methods.health import failed_checks
 from dmlbench.models.backbones import StagedBackbone, build_small_cnn
 from dmlbench.models.diablo import (
@@ -26,6 +33,7 @@ from dmlbench.models.diablo import (
 )
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
+from dmlbench.training.optim import parameter_groups
 from dmlbench.training.trainer import train_run
 
 from conftest import parameter_group_ids, tiny_run
@@ -215,6 +223,23 @@ def test_uniform_attention_makes_every_branch_the_backbone(selection, placement)
     assert not torch.allclose(paper[:, 0], base, rtol=0.05, atol=1e-3)
 
 
+#: mean cosine of each branch's pooled features to the frozen backbone's that the default keeps at init.
+MIN_BRANCH_COSINE_AT_INIT = 0.94
+
+
+@pytest.mark.parametrize("selection", ["feature", "dimension"])
+def test_default_block_at_init_keeps_every_branchs_frozen_features(selection):
+    """Identity at initialisation for each branch, not only for their mean: with the default hardness the
+    random dictionary's attention (logits of std α/√m) perturbs each branch's pooled features by a few
+    per cent (N = 8, frozen BatchNorm, m = 64). The old α = 10 multiplied every element by N·A of std
+    ≈ 0.9 on CUB: cosine 0.81 (dimension-wise) / 0.84 (feature-wise) here, R@1 at init 0.62 vs 0.77."""
+    default = DIABLOOptions().hardness
+    base, branches = pooled_at_init(selection, "pre", hardness=default, num_entries=8)
+    assert F.cosine_similarity(branches, base[:, None], dim=2).mean() > MIN_BRANCH_COSINE_AT_INIT
+    base, old = pooled_at_init(selection, "pre", hardness=10.0, num_entries=8)
+    assert F.cosine_similarity(old, base[:, None], dim=2).mean() < MIN_BRANCH_COSINE_AT_INIT
+
+
 def test_merge_scale_option_is_validated():
     with pytest.raises(ValueError, match="merge_scale must be 'identity' or 'paper'"):
         DIABLO(build_small_cnn(width=4), selection="feature", placement="pre", num_entries=2, hardness=1.0,
@@ -292,7 +317,40 @@ def test_phi_trains_at_the_backbone_lr():
     model = tiny_model()
     groups = parameter_group_ids(model)
     assert {id(p) for p in model.phi.parameters()} <= groups["backbone"]
-    assert id(model.selection.dictionary) in groups["head"]
+    assert groups["head/dictionary"] == {id(model.selection.dictionary)}  # its own group, off the head's
+
+
+@pytest.mark.parametrize("multiplier", [1.0, 10.0])
+def test_the_dictionary_gets_its_own_lr_multiplier(params, multiplier):
+    """``dictionary_lr_multiplier`` × the head's lr for the dictionary alone; the branch linears keep the
+    head's lr (head_lr_multiplier 10 here)."""
+    recipe = build_recipe(diablo_run(params, dictionary_lr_multiplier=multiplier))
+    model = recipe.build_model()
+    groups = {g["name"]: g for g in parameter_groups({"lr": 0.5, "head_lr_multiplier": 10.0}, model,
+                                                      torch.nn.Module())}
+    assert groups["head/dictionary"]["params"] == [model.selection.dictionary]
+    assert groups["head/dictionary"]["lr"] == pytest.approx(0.5 * 10.0 * multiplier)
+    assert groups["head"]["lr"] == pytest.approx(5.0)
+    assert {id(p) for p in model.embeddings.parameters()} <= {id(p) for p in groups["head"]["params"]}
+    with pytest.raises(OptionsError, match="dictionary_lr_multiplier must be > 0"):
+        build_recipe(diablo_run(params, dictionary_lr_multiplier=0.0))
+
+
+def test_unit_and_normal_dictionaries_have_the_same_directions():
+    """Only the directions matter to the cosine: 'unit' rows have norm 1, 'normal' rows ≈ √m, and from the
+    same RNG state the two give the same attention."""
+    torch.manual_seed(7)
+    unit = DictionarySelection("dimension", in_channels=64, num_entries=4, channels=3, hardness=3.0, init="unit")
+    torch.manual_seed(7)
+    normal = DictionarySelection("dimension", in_channels=64, num_entries=4, channels=3, hardness=3.0,
+                                 init="normal")
+    torch.testing.assert_close(unit.dictionary.norm(dim=-1), torch.ones(4, 3))
+    assert normal.dictionary.norm(dim=-1).mean().item() == pytest.approx(8.0, rel=0.15)  # √64
+    torch.testing.assert_close(unit.dictionary, F.normalize(normal.dictionary, dim=-1))
+    phi = torch.randn(2, 64, 3, 3)
+    torch.testing.assert_close(unit(phi), normal(phi))
+    with pytest.raises(ValueError, match="dictionary init must be one of"):
+        DictionarySelection("feature", in_channels=4, num_entries=2, channels=1, hardness=1.0, init="zeros")
 
 
 def test_freeze_bn_keeps_backbone_and_phi_batchnorm_frozen():
@@ -403,6 +461,67 @@ def test_health_numbers_are_those_of_the_training_batches(params):
     restored = build_recipe(diablo_run(params, selection="feature"))
     restored.load_state_dict(recipe.state_dict())  # resumed after the last epoch: the summary survives
     assert restored.summary() == recipe.summary() == logged
+
+
+def test_relative_change_and_attention_change_hand_checked():
+    initial = torch.tensor([[3.0, 4.0]])  # norm 5
+    assert relative_change(initial, initial) == 0.0
+    assert relative_change(torch.tensor([[3.0, 4.5]]), initial) == pytest.approx(0.1)  # ‖(0, 0.5)‖ / 5
+    before = torch.tensor([1.0, 0.0, 0.0, 0.0]).reshape(1, 4, 1, 1, 1).expand(2, 4, 1, 2, 2)
+    halves = torch.tensor([0.5, 0.5, 0.0, 0.0]).reshape(1, 4, 1, 1, 1).expand(2, 4, 1, 2, 2)
+    moved = torch.tensor([0.0, 0.0, 0.0, 1.0]).reshape(1, 4, 1, 1, 1).expand(2, 4, 1, 2, 2)
+    assert attention_change(before, before) == 0.0
+    assert attention_change(halves, before) == pytest.approx(0.5)  # ½ (|½ − 1| + |½ − 0|)
+    assert attention_change(moved, before) == pytest.approx(1.0)  # all the weight to another entry
+    mixed = torch.cat([before[:1], moved[:1]])  # one image unchanged, one moved: mean 0.5
+    assert attention_change(mixed, before) == pytest.approx(0.5)
+
+
+def test_movement_is_zero_at_init_and_that_of_the_step_after_it(params):
+    """``diablo/dictionary_relative_change`` and ``diablo/attention_change`` are 0 before the first step
+    (the first batch's attention is the reference) and, after a step, ‖D̂ − D̂⁰‖ / ‖D̂⁰‖ of the unit
+    directions and the probe images' attention change computed independently; a change of the
+    dictionary's lengths alone is no change; they survive a resume."""
+    torch.manual_seed(8)
+    recipe = build_recipe(diablo_run(params, hardness=3.0))
+    model, loss = recipe.build_model().train(), recipe.build_loss(num_classes=3)
+    optimizer = torch.optim.SGD([model.selection.dictionary], lr=0.5)  # only the dictionary moves
+    labels = torch.tensor([0, 0, 1, 1, 2, 2, 0, 0, 1, 1])
+    images = torch.rand(10, 3, 20, 20)
+    recipe.on_epoch_start(1, model, None)
+    value = recipe.training_loss(model, loss, images, labels, labels)
+    logged = recipe.epoch_log()
+    assert logged["diablo/dictionary_relative_change"] == 0.0 and logged["diablo/attention_change"] == 0.0
+
+    initial = model.selection.dictionary.detach().clone()
+    model.eval()
+    with torch.no_grad():
+        before = model.selection_maps(images[:PROBE_IMAGES])
+    model.train()
+    optimizer.zero_grad()
+    value.backward()
+    optimizer.step()
+    recipe.on_epoch_start(2, model, None)
+    recipe.training_loss(model, loss, images.flip(0), labels, labels)  # a later batch is not the reference
+    logged = recipe.epoch_log()
+    unit, unit0 = F.normalize(model.selection.dictionary.detach(), dim=-1), F.normalize(initial, dim=-1)
+    assert logged["diablo/dictionary_relative_change"] == pytest.approx(
+        float((unit - unit0).norm() / unit0.norm()), rel=1e-6)
+    assert logged["diablo/dictionary_relative_change"] > 0
+    model.eval()
+    with torch.no_grad():
+        after = model.selection_maps(images[:PROBE_IMAGES])
+    expected = float(0.5 * (after - before).abs().sum(dim=1).mean())
+    assert logged["diablo/attention_change"] == pytest.approx(expected, rel=1e-5) and expected > 0
+
+    restored = build_recipe(diablo_run(params, hardness=3.0))
+    restored.load_state_dict(recipe.state_dict())
+    restored.on_epoch_start(3, model, None)
+    with torch.no_grad():
+        model.selection.dictionary.mul_(0.5)  # shorter, same directions: what weight decay alone does
+    moved = restored.epoch_log()
+    assert moved["diablo/dictionary_relative_change"] == pytest.approx(logged["diablo/dictionary_relative_change"])
+    assert moved["diablo/attention_change"] == pytest.approx(logged["diablo/attention_change"])
 
 
 HEALTHY = {"R@1": 0.20, "learners_mean/R@1": 0.12, "self_similarity": 0.10,

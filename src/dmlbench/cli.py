@@ -29,20 +29,23 @@ from dmlbench import __version__
 from dmlbench.catalog import KINDS, catalog, did_you_mean, plain_text
 from dmlbench.config import load_config, resolve_run, section
 from dmlbench.errors import DmlbenchError
+from dmlbench.names import name_argument
+from dmlbench.paths import contained
 
 PREPARED_DIR = Path("data/prepared")
 RUNS_DIR = Path("results/runs")
+PLOTS_DIR = Path("results/plots")
 SCRATCH_DIR = Path(".scratch")
 
 
 def manifest_path(dataset: str) -> Path:
-    """Where ``prepare`` writes a dataset's manifest."""
-    return PREPARED_DIR / dataset / "manifest.csv"
+    """Where ``prepare`` writes a dataset's manifest (inside :data:`PREPARED_DIR`)."""
+    return contained(PREPARED_DIR, dataset, "manifest.csv")
 
 
 def run_dir(dataset: str, method: str, seed: int) -> Path:
-    """Directory of one run's outputs."""
-    return RUNS_DIR / dataset / method / f"seed{seed}"
+    """Directory of one run's outputs (inside :data:`RUNS_DIR`)."""
+    return contained(RUNS_DIR, dataset, method, f"seed{seed}")
 
 
 def _set_threads(threads: int | None) -> None:
@@ -110,7 +113,7 @@ def cmd_download(args: argparse.Namespace) -> None:
 
     try:
         if args.archive:
-            path = fetch_archive(args.kind, args.archive, Path(args.raw_dir) / args.kind / args.archive,
+            path = fetch_archive(args.kind, args.archive, contained(args.raw_dir, args.kind, args.archive),
                                  allow_unverified=args.allow_unverified)
             print(f"fetched {path} (not extracted; `download: true` in a dataset's params extracts it)")
             return
@@ -222,23 +225,23 @@ def cmd_summary(args: argparse.Namespace) -> None:
 
 
 def cmd_claims(args: argparse.Namespace) -> None:
-    from dmlbench.report.claims import claims_of, write_claims
+    from dmlbench.report.claims import VERDICTS, claim_methods, claims_of, write_claims
     from dmlbench.report.pipeline import health_checks
 
     config = load_config(args.config)
-    dataset, claims = claims_of(config)
-    methods = sorted({m for claim in claims for m in (claim.higher, claim.lower)})
-    checks = {m: health_checks(config, dataset, m, config["seeds"][0]) for m in methods}
+    dataset, _ = claims_of(config)
+    checks = {m: health_checks(config, dataset, m, config["seeds"][0]) for m in claim_methods(config)}
     table = write_claims(config, RUNS_DIR, Path(args.tables_dir), checks)
-    print(f"claims: {int(table['holds'].sum())} of {len(table)} hold in direction; "
-          f"wrote {Path(args.tables_dir) / 'claims.tex'} (.md, .csv)")
+    counts = table["verdict"].value_counts()
+    print(f"claims: {', '.join(f'{counts.get(v, 0)} {v}' for v in VERDICTS)} "
+          f"of {len(table)}; wrote {Path(args.tables_dir) / 'claims.tex'} (.md, .csv)")
 
 
 def cmd_figure(args: argparse.Namespace) -> None:
     from dmlbench.report.figures import render_figure
 
     config = load_config(args.config)
-    out = Path(args.out or f"results/plots/{args.figure}.png")
+    out = Path(args.out) if args.out else contained(PLOTS_DIR, f"{args.figure}.png")
     print(f"wrote {render_figure(config, args.figure, out)}")
 
 
@@ -272,13 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
 
     p = sub.add_parser("prepare", help="turn a dataset into the canonical manifest")
-    p.add_argument("dataset", help="a key of the 'datasets' params section")
+    p.add_argument("dataset", type=name_argument("dataset name"), help="a key of the 'datasets' params section")
     p.add_argument("--out", help="output directory (default data/prepared/DATASET)")
     with_config(p)
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("download", help="fetch and extract a real dataset's official archives (checksummed)")
-    p.add_argument("kind", help="cub200, cars196, sop (In-Shop and VehicleID are distributed by request)")
+    p.add_argument("kind", type=name_argument("dataset kind"),
+                   help="cub200, cars196, sop (In-Shop and VehicleID are distributed by request)")
     p.add_argument("--raw-dir", default="data/raw", help="where archives and extracted files go")
     p.add_argument("--archive", metavar="FILENAME",
                    help="fetch only this archive of the kind to RAW_DIR/KIND/FILENAME, without extracting it")
@@ -294,8 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_download_weights)
 
     p = sub.add_parser("train", help="train one run (dataset, method, seed); resumes when interrupted")
-    p.add_argument("--dataset", required=True, help="a key of the 'datasets' params section (dmlbench list datasets)")
-    p.add_argument("--method", required=True, help="a key of the 'methods' params section (dmlbench list methods)")
+    p.add_argument("--dataset", type=name_argument("dataset name"), required=True,
+                   help="a key of the 'datasets' params section (dmlbench list datasets)")
+    p.add_argument("--method", type=name_argument("method name"), required=True,
+                   help="a key of the 'methods' params section (dmlbench list methods)")
     p.add_argument("--seed", type=_integer_at_least(0, "a run seed"), required=True,
                    help="the run's seed (fixes every random draw: a CPU run is bit-for-bit repeatable)")
     p.add_argument("--manifest", help="default data/prepared/DATASET/manifest.csv")
@@ -307,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("pretrain", help="train a backbone by classification on a dataset's pretraining classes "
                                         "(params 'pretraining'); resumes when interrupted")
-    p.add_argument("--dataset", required=True, help="a key of the 'pretraining' params section")
+    p.add_argument("--dataset", type=name_argument("dataset name"), required=True,
+                   help="a key of the 'pretraining' params section")
     p.add_argument("--prepared", help="the prepared dataset folder with pretrain.csv (default data/prepared/DATASET)")
     p.add_argument("--out", help="output folder (default data/pretrained/DATASET, where pretrained: DATASET looks)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -318,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="directory with checkpoint.pt")
     p.add_argument("--manifest", help="default: the run's dataset under data/prepared")
     p.add_argument("--out", help="default RUN_DIR/embeddings.npz, with --method results/runs/D/METHOD/seedS/...")
-    p.add_argument("--method", help="embed with this method's test-time options: one that re-embeds RUN_DIR's "
+    p.add_argument("--method", type=name_argument("method name"), help="embed with this method's test-time options: one that re-embeds RUN_DIR's "
                                     "checkpoint (checkpoint_of); default: the method it was trained as")
     p.add_argument("--config", action="append", metavar="YAML",
                    help="with --method: params file; repeat for overlays (default: params.yaml)")
@@ -329,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("embeddings", help=".npz with embeddings, labels[, split, learner_slices]")
     p.add_argument("--out", required=True, help="metrics JSON")
     p.add_argument("--per-query", help="per-query results .npz (default: per_query.npz beside --out)")
-    p.add_argument("--dataset", help="read the settings below from the params: datasets.DATASET.recall_ks and the "
+    p.add_argument("--dataset", type=name_argument("dataset name"), help="read the settings below from the params: datasets.DATASET.recall_ks and the "
                                      "'evaluation' section (an option given here still wins)")
     p.add_argument("--recall-ks", type=_parse_ks, help="e.g. 1,2,4,8 (default 1,2,4,8)")
     p.add_argument("--kmeans-seed", type=_integer_at_least(0, "a K-means seed"),
@@ -350,14 +357,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="LaTeX, CSV and Markdown table and plots of a table spec (tables.TABLE); "
                                       "prints the table")
-    p.add_argument("table", help="a key of the 'tables' params section, e.g. table1 (dmlbench list tables)")
+    p.add_argument("table", type=name_argument("table name"),
+                   help="a key of the 'tables' params section, e.g. table1 (dmlbench list tables)")
     p.add_argument("--tables-dir", default="results/tables", help="where TABLE.tex, .csv and .md go")
     p.add_argument("--plots-dir", default="results/plots", help="where the table's plots go")
     with_config(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("summary", help="print a built table (results/tables/TABLE.csv) as text")
-    p.add_argument("table", help="a table name, e.g. table1")
+    p.add_argument("table", type=name_argument("table name"), help="a table name, e.g. table1")
     p.add_argument("--tables-dir", default="results/tables", help="where TABLE.csv lies")
     p.set_defaults(func=cmd_summary)
 
@@ -367,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_claims)
 
     p = sub.add_parser("figure", help="draw a figure of an experiment (figures.FIGURE) from finished runs")
-    p.add_argument("figure", help="a key of the 'figures' params section, e.g. abe_fig5 (dmlbench list figures)")
+    p.add_argument("figure", type=name_argument("figure name"), help="a key of the 'figures' params section, e.g. abe_fig5 (dmlbench list figures)")
     p.add_argument("--out", help="default results/plots/FIGURE.png")
     with_config(p)
     p.set_defaults(func=cmd_figure)

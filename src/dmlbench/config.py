@@ -31,7 +31,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,26 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files("dmlbench").joinpath(SCHEMA_RESOURCE).read_text())
 
 
+#: a ``$`` that ends a schema pattern (not an escaped ``\\$``).
+_END_ANCHOR = re.compile(r"(?<!\\)\$$")
+
+
+def _whole_text_pattern(validator: jsonschema.protocols.Validator, pattern: str, instance: Any,
+                        _schema: Mapping[str, Any]) -> Iterator[jsonschema.ValidationError]:
+    """The schema keyword ``pattern`` with JSON schema's (ECMA-262's) ``$``, the end of the text: Python's
+    ``$`` also matches before a final newline, so ``"x\\n"`` would pass ``^[a-z0-9_]+$``. A name that fails
+    the name pattern (``$defs/name``) gets :func:`dmlbench.names.bad_name_message`."""
+    if validator.is_type(instance, "string") and re.search(_END_ANCHOR.sub(r"\\Z", pattern), instance) is None:
+        from dmlbench.names import NAME_PATTERN, bad_name_message
+
+        yield jsonschema.ValidationError(bad_name_message(instance) if pattern == NAME_PATTERN
+                                         else f"{instance!r} does not match {pattern!r}")
+
+
+#: the schema's validator, with :func:`_whole_text_pattern` for ``pattern``.
+_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _whole_text_pattern})
+
+
 def non_finite_values(node: Any, path: str = "") -> list[tuple[str, float]]:
     """``(key.path, value)`` of every NaN or infinite float in a parsed YAML tree (jsonschema's
     bounds are false for NaN, so the schema alone lets ``lr: .nan`` through).
@@ -147,7 +168,7 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
         listed = ", ".join(f"{path} = {value}" for path, value in non_finite[:10])
         raise ConfigError(f"{source}: parameters must be finite numbers; {listed}. Write a number "
                           f"(YAML reads .nan, .inf and -.inf as NaN and infinities).")
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = _Validator(schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         lines = [f"  {'.'.join(str(p) for p in err.absolute_path) or '<top>'}: {err.message}{_suggestion(err)}"
@@ -202,7 +223,7 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
 
 def _experiments_files(path: Path, listed: Any) -> list[Path]:
     """The experiments files that ``path``'s ``experiments:`` lists, relative to its folder (schema-checked)."""
-    validator = jsonschema.Draft202012Validator(schema()["properties"][EXPERIMENTS_KEY])
+    validator = _Validator(schema()["properties"][EXPERIMENTS_KEY])
     error = jsonschema.exceptions.best_match(validator.iter_errors(listed))
     if error is not None:
         raise ConfigError(f"{path}: {EXPERIMENTS_KEY}: {error.message} (a list of YAML files, relative to "

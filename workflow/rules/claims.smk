@@ -1,20 +1,18 @@
 # claims: the papers' claims, re-measured on the runs the tables already need → results/tables/claims.*
 
+from dmlbench.report.claims import claim_runs
 
-def claim_metrics(wildcards):
-    claims = config.get("claims") or {}
-    items = claims.get("items", [])
-    return sorted({
-        f"results/runs/{claims['dataset']}/{method}/seed{seed}/metrics.json"
-        for item in items
-        for method in (item["higher"], item["lower"])
-        for seed in item.get("seeds", config["seeds"])
-    })
+
+def claim_inputs(wildcards):
+    """metrics.json and per_query.npz of every run the claims read (dmlbench.report.claims.claim_runs:
+    the claims' dataset and seeds, `claims.seeds` of an overlay included)."""
+    return sorted(str(run.path / name) for run in claim_runs(config, Path("results/runs"))
+                  for name in ("metrics.json", "per_query.npz"))
 
 
 rule claims:
     input:
-        claim_metrics,
+        claim_inputs,
     output:
         table="results/tables/claims.tex",
         markdown="results/tables/claims.md",
@@ -31,5 +29,5 @@ rule claims:
     log:
         "results/logs/claims.log",
     shell:
-        "{DMLBENCH} claims --tables-dir results/tables {CONFIG_ARGS} > {log} 2>&1"
+        "{DMLBENCH} claims --tables-dir results/tables {CONFIG_ARGS} > {log:q} 2>&1"
 

@@ -18,6 +18,7 @@ from dmlbench.config import (
 )
 from dmlbench.evaluation.ensemble import member_seeds
 from dmlbench.methods.validation import check_planned_methods
+from dmlbench.names import one_of
 
 # Every rule calls the same CLI with the same parameter files Snakemake read, from the
 # environment that runs Snakemake (so `.venv/bin/snakemake` works without activating it).
@@ -50,22 +51,21 @@ ENSEMBLES = {m: ensemble_spec(config, m) for m in config["methods"] if ensemble_
 REEMBEDDED = {m: checkpoint_source(config, m) for m in config["methods"] if checkpoint_source(config, m)}
 
 
-def one_of(methods):
-    """Wildcard regex matching exactly one of `methods` (none when empty). It is embedded in the path's
-    regex, so the name ends at "not followed by a name character", not at "$"."""
-    return f"(?:{'|'.join(methods)})(?![a-z0-9_])" if methods else "(?!)"
-
-
-TRAINED_METHOD = f"(?!{one_of([*ENSEMBLES, *REEMBEDDED])})[a-z0-9_]+"
+# Every wildcard accepts only the names the parameters define (dmlbench.names.one_of: each name
+# re.escape-d), so a requested path with any other name, e.g. `data/raw/cub200/x$(touch PWNED)`, matches no
+# rule; the names themselves match the schema's name pattern. Shell commands quote every word built from
+# a wildcard or a path with Snakemake's `{...:q}` (shlex.quote); CONFIG_ARGS is quoted above.
+TRAINED_METHOD = one_of(m for m in config["methods"] if m not in ENSEMBLES and m not in REEMBEDDED)
 ENSEMBLE_METHOD = one_of(ENSEMBLES)
 REEMBEDDED_METHOD = one_of(REEMBEDDED)
 
 
 wildcard_constraints:
-    dataset="[a-z0-9_]+",
-    method="[a-z0-9_]+",
+    dataset=one_of(config["datasets"]),
+    method=one_of(config["methods"]),
     seed="[0-9]+",
-    table="[a-z0-9_]+",
+    table=one_of(config["tables"]),
+    figure=one_of(config.get("figures", {})),
 
 
 def table_runs(table, filename, trained_only=False):

@@ -2,6 +2,14 @@
 # The archives are the outputs (DVC-tracked under dvc.yaml); prepare extracts them into the
 # cache data/raw/<kind>/extracted/, which is not an output (see dmlbench.data.download).
 
+from dmlbench.data.download import archive_filenames
+
+# {kind: its archive file names} of the datasets with `download: true`: the only targets of rule download
+DOWNLOADS = {
+    spec["kind"]: archive_filenames(spec["kind"]) for spec in config["datasets"].values() if spec.get("download")
+}
+
+
 localrules:
     download,
 
@@ -10,11 +18,11 @@ rule download:
     output:
         "data/raw/{kind}/{filename}",
     wildcard_constraints:
-        kind="[a-z0-9_]+",
-        filename="[^/]+",
+        kind=one_of(DOWNLOADS),
+        filename=one_of(sorted({name for names in DOWNLOADS.values() for name in names})),
     params:
         tracked=tracked_params("download", lambda w: []),
     log:
         "results/logs/download/{kind}/{filename}.log",
     shell:
-        "{DMLBENCH} download {wildcards.kind} --archive {wildcards.filename} --raw-dir data/raw > {log} 2>&1"
+        "{DMLBENCH} download {wildcards.kind:q} --archive {wildcards.filename:q} --raw-dir data/raw > {log:q} 2>&1"

@@ -16,5 +16,5 @@ rule evaluate:
     shell:
         # the settings come from the params files at run time (--dataset), not from this command line, so
         # the DVC stage made from it stays right after `dvc exp run -S evaluation.…`
-        "{DMLBENCH} evaluate {input} --out {output.metrics} --per-query {output.per_query}"
-        " --dataset {wildcards.dataset} {CONFIG_ARGS} --threads {threads} > {log} 2>&1"
+        "{DMLBENCH} evaluate {input:q} --out {output.metrics:q} --per-query {output.per_query:q}"
+        " --dataset {wildcards.dataset:q} {CONFIG_ARGS} --threads {threads} > {log:q} 2>&1"

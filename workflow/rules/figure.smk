@@ -29,11 +29,9 @@ if FIGURES:
                 subcategory=lambda w: dataset_labels([config["figures"][w.figure]["dataset"]]),
                 labels={"figure": "{figure}"},
             ),
-        wildcard_constraints:
-            figure="|".join(FIGURES),
         params:
             tracked=tracked_params("figure", lambda w: figure_keys(w.figure)),
         log:
             "results/logs/figure/{figure}.log",
         shell:
-            "{DMLBENCH} figure {wildcards.figure} --out {output} {CONFIG_ARGS} > {log} 2>&1"
+            "{DMLBENCH} figure {wildcards.figure:q} --out {output:q} {CONFIG_ARGS} > {log:q} 2>&1"

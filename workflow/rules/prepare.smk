@@ -8,18 +8,14 @@ def dataset_archives(wildcards):
     `prepare` extracts them into <raw_dir>/<kind>/extracted/ (a cache, not an output). With a
     `raw_dir` other than data/raw, no rule makes them: they must already be there.
     """
-    import importlib
-
-    from dmlbench.data.registry import PREPARER_MODULES
-
     spec = config["datasets"][wildcards.dataset]
-    if not spec.get("download") or spec.get("kind") not in PREPARER_MODULES:
-        return []  # an unknown kind: `dmlbench prepare` says so
+    if not spec.get("download"):
+        return []
     if spec.get("root"):  # fail before fetching anything
         raise ValueError(f"datasets.{wildcards.dataset}: `download: true` and `root` are both set; choose one")
-    preparer = importlib.import_module(PREPARER_MODULES[spec["kind"]])
     raw_dir = spec.get("raw_dir") or "data/raw"
-    return [f"{raw_dir}/{spec['kind']}/{archive.filename}" for archive in getattr(preparer, "ARCHIVES", [])]
+    # an unknown kind has none: `dmlbench prepare` says so
+    return [f"{raw_dir}/{spec['kind']}/{filename}" for filename in DOWNLOADS.get(spec["kind"], [])]
 
 
 rule prepare:
@@ -34,4 +30,4 @@ rule prepare:
     log:
         "results/logs/prepare/{dataset}.log",
     shell:
-        "{DMLBENCH} prepare {wildcards.dataset} --out {output} {CONFIG_ARGS} > {log} 2>&1"
+        "{DMLBENCH} prepare {wildcards.dataset:q} --out {output:q} {CONFIG_ARGS} > {log:q} 2>&1"

@@ -3,6 +3,7 @@
 # Its weights file is an input of those runs, so editing the pretraining settings reruns them.
 
 from dmlbench.config import resolve_run
+from dmlbench.models.backbones import BACKBONES
 from dmlbench.models.backbones.weights import PRETRAINING_SOURCES, pretrained_path
 
 
@@ -39,7 +40,7 @@ def pretrained_weights(wildcards):
 
 rule pretrain:
     wildcard_constraints:
-        backbone="[a-z0-9_]+",
+        backbone=one_of(BACKBONES),
     input:
         data="data/prepared/{dataset}",
         check=pretraining_backbone_matches,
@@ -64,5 +65,5 @@ rule pretrain:
     log:
         "results/logs/pretrain/{dataset}_{backbone}.log",
     shell:
-        "{DMLBENCH} pretrain --dataset {wildcards.dataset} --prepared {input.data} --no-progress"
-        " --threads {threads} {CONFIG_ARGS} > {log} 2>&1"
+        "{DMLBENCH} pretrain --dataset {wildcards.dataset:q} --prepared {input.data:q} --no-progress"
+        " --threads {threads} {CONFIG_ARGS} > {log:q} 2>&1"

@@ -42,9 +42,9 @@ rule train:
     log:
         "results/logs/train/{dataset}/{method}/seed{seed}.log",
     shell:
-        "{DMLBENCH} train --dataset {wildcards.dataset} --method {wildcards.method} --seed {wildcards.seed}"
-        " --manifest {input.data}/manifest.csv --out $(dirname {output.checkpoint}) --threads {threads} --no-progress"
-        " {CONFIG_ARGS} > {log} 2>&1"
+        "{DMLBENCH} train --dataset {wildcards.dataset:q} --method {wildcards.method:q} --seed {wildcards.seed:q}"
+        " --manifest {input.data:q}/manifest.csv --out \"$(dirname {output.checkpoint:q})\" --threads {threads}"
+        " --no-progress {CONFIG_ARGS} > {log:q} 2>&1"
 
 
 rule embed:
@@ -63,8 +63,8 @@ rule embed:
     log:
         "results/logs/embed/{dataset}/{method}/seed{seed}.log",
     shell:
-        "{DMLBENCH} embed $(dirname {input.checkpoint}) --manifest {input.data}/manifest.csv --out {output}"
-        " --threads {threads} > {log} 2>&1"
+        "{DMLBENCH} embed \"$(dirname {input.checkpoint:q})\" --manifest {input.data:q}/manifest.csv --out {output:q}"
+        " --threads {threads} > {log:q} 2>&1"
 
 
 rule reembed:
@@ -83,8 +83,8 @@ rule reembed:
     log:
         "results/logs/reembed/{dataset}/{method}/seed{seed}.log",
     shell:
-        "{DMLBENCH} embed $(dirname {input.checkpoint}) --method {wildcards.method}"
-        " --manifest {input.data}/manifest.csv --out {output} --threads {threads} {CONFIG_ARGS} > {log} 2>&1"
+        "{DMLBENCH} embed \"$(dirname {input.checkpoint:q})\" --method {wildcards.method:q}"
+        " --manifest {input.data:q}/manifest.csv --out {output:q} --threads {threads} {CONFIG_ARGS} > {log:q} 2>&1"
 
 
 def ensemble_members(wildcards):
@@ -106,4 +106,4 @@ rule ensemble:
     log:
         "results/logs/ensemble/{dataset}/{method}/seed{seed}.log",
     shell:
-        "{DMLBENCH} ensemble {input} --out {output} > {log} 2>&1"
+        "{DMLBENCH} ensemble {input:q} --out {output:q} > {log:q} 2>&1"

@@ -58,6 +58,9 @@ PERSISTENT_RULES = frozenset({"download"})
 #: `dmlbench list` and "did you mean" (catalog.py); they do not make a step's outputs.
 UNFOLLOWED = frozenset({f"{PACKAGE}.config", f"{PACKAGE}.catalog"})
 ITEM = "${{item.{}}}"
+#: a wildcard while a template's command is formatted: characters that shlex.quote leaves as they are, so a
+#: rule's `{…:q}` gives the template the same words as the job (whose values are names, never quoted)
+PLACEHOLDER = "@item.{}@"
 WORD = "A-Za-z0-9_"
 
 
@@ -147,14 +150,20 @@ def template_of(job, wildcards: Mapping[str, str], params: tuple[tuple[str, str]
     from snakemake.io import apply_wildcards
     from snakemake.iocontainers import Namedlist
 
-    items = {name: ITEM.format(name) for name in wildcards}
+    items = {name: PLACEHOLDER.format(name) for name in wildcards}
     literals = wildcard_literals(map(str, job.rule.output), wildcards)
-    inputs = Namedlist(toclone=job.input, custom_map=lambda path: templated(str(path), wildcards, literals))
+    inputs = Namedlist(toclone=job.input,
+                       custom_map=lambda path: templated(str(path), wildcards, literals, PLACEHOLDER))
     outputs, logs = (Namedlist(toclone=files, custom_map=lambda pattern: apply_wildcards(pattern, items))
                      for files in (job.rule.output, job.rule.log))
     command = job.format_wildcards(job.rule.shellcmd, wildcards=Namedlist(fromdict=items), input=inputs,
                                    output=outputs, log=logs)
-    return Spec(creating_dirs(command, [*outputs, *logs]), tuple(sorted(inputs)), tuple(outputs), tuple(logs),
+
+    def item(text: str) -> str:
+        return re.sub(r"@item\.(\w+)@", lambda match: ITEM.format(match.group(1)), text)
+
+    return Spec(item(creating_dirs(command, [*outputs, *logs])), tuple(sorted(map(item, inputs))),
+                tuple(map(item, outputs)), tuple(map(item, logs)),
                 tuple((file, templated(key, wildcards, literals)) for file, key in params))
 
 
@@ -173,13 +182,13 @@ def wildcard_literals(patterns: Iterable[str], wildcards: Mapping[str, str]) -> 
     return literals
 
 
-def templated(text: str, wildcards: Mapping[str, str], literals: Mapping[str, set[str]]) -> str:
+def templated(text: str, wildcards: Mapping[str, str], literals: Mapping[str, set[str]], item: str = ITEM) -> str:
     """``text`` (an input path or a params key) with each wildcard value that stands as a whole word
-    (or after its literal, as in ``seed0``) written as ``${item.<name>}``."""
+    (or after its literal, as in ``seed0``) written as ``item`` (``${item.<name>}``)."""
     for name, value in sorted(wildcards.items(), key=lambda item: -len(item[1])):
         prefixes = "|".join(re.escape(literal) for literal in sorted(literals[name], key=len, reverse=True))
         pattern = rf"(?<![{WORD}])({prefixes}){re.escape(value)}(?![{WORD}])"
-        text = re.sub(pattern, lambda match, name=name: match.group(1) + ITEM.format(name), text)
+        text = re.sub(pattern, lambda match, name=name: match.group(1) + item.format(name), text)
     return text
 
 

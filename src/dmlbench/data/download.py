@@ -234,6 +234,16 @@ def _dataset_module(kind: str) -> ModuleType:
     return module
 
 
+def archive_filenames(kind: str) -> list[str]:
+    """The file names of the official archives of dataset ``kind`` (``<raw_dir>/<kind>/<filename>``):
+    none for an unknown kind, a generated one, or one distributed by request only."""
+    from dmlbench.data.registry import PREPARER_MODULES
+
+    if kind not in PREPARER_MODULES:
+        return []
+    return [archive.filename for archive in getattr(importlib.import_module(PREPARER_MODULES[kind]), "ARCHIVES", [])]
+
+
 def _by_hand(module: ModuleType) -> str:
     info = module.INFO
     return (

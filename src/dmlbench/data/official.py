@@ -49,6 +49,7 @@ from dmlbench.data.images import (
 )
 from dmlbench.data.manifest import SPLITS, ManifestError, assert_split_counts, validate, write_manifest
 from dmlbench.errors import DmlbenchError
+from dmlbench.paths import contained
 
 #: Keys of a dataset section that belong to other parts of the pipeline.
 IGNORED_KEYS: frozenset[str] = frozenset({"kind", "label", "recall_ks", "training"})
@@ -216,6 +217,16 @@ def locate_root(config: Mapping[str, Any], info: DatasetInfo) -> Path:
     if not path.is_dir():
         raise DatasetNotFoundError(f"{info.title}: root {path} is not a directory. {info.where_to_point()}")
     return path
+
+
+def source_folder(config: Mapping[str, Any], info: DatasetInfo) -> Path | None:
+    """The folder the dataset is read from, without extracting anything: ``<raw_dir>/<kind>`` (archives and
+    their extraction cache) with ``download: true``, else the local copy's root (``root`` or
+    ``$DMLBENCH_<KIND>_ROOT``); None when neither is set (:func:`locate_root` then says so)."""
+    if config.get("download"):
+        return Path(config.get("raw_dir") or DEFAULT_RAW_DIR) / info.kind
+    root = config.get("root") or os.environ.get(info.env_var)
+    return Path(os.path.expanduser(str(root))) if root else None
 
 
 def require(root: Path, info: DatasetInfo, *candidates: str) -> Path:
@@ -516,8 +527,9 @@ def _materialise_crops(records: list[Record], crop_base: Path, out_dir: Path, in
             if record.bbox is None:
                 raise ManifestError(f"{info.title}: {record.path} has no bounding box to crop to")
             rel = record.path.relative_to(crop_base)
+            dest = contained(tmp, rel)  # a listed `../` path must not write outside the crops' folder
             try:
-                save_crop(record.path, record.bbox, tmp / rel)
+                save_crop(record.path, record.bbox, dest)
             except IMAGE_ERRORS as err:
                 failures.append((str(record.path), f"{type(err).__name__}: {err}"))
             paths.append(str(Path("images") / rel))

@@ -127,7 +127,8 @@ class ABELoss(nn.Module):
     Args:
         metric: the per-learner metric loss (``methods.<m>.loss``), applied to each learner's slice.
         learner_slices: [start, stop) columns of each of the M learners (equal widths).
-        divergence_weight: λ_div ≥ 0 (0 switches L_div off).
+        divergence_weight: λ_div ≥ 0 (0 switches L_div off); kept in the attribute of that name, which
+            the ABE recipe sets before each batch during a λ_div warm-up (``divergence_warmup_epochs``).
         divergence_margin: m_div > 0.
         divergence_reduction: ``per_learner`` (default; the L_div / metric balance does not depend on
             M) or ``sum`` (Eq. 9's literal double sum); see :func:`divergence_loss`.

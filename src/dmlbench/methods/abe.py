@@ -9,6 +9,16 @@ of the same image (margin ``divergence_margin``), reduced over the self pairs by
 ``divergence_reduction``: ``per_learner`` (default; each learner's mean over the others, summed
 over learners, so λ_div balances L_div against Σ_m L_metric,(m) the same way for every M) or
 ``sum`` (Eq. 9's literal double sum, which weighs (M − 1)× more and collapses ABE-8 at λ_div = 1).
+``divergence_warmup_epochs`` W > 0 ramps λ_div linearly from 0 to ``divergence_weight`` over the first
+W epochs (:func:`divergence_ramp`, per batch); 0 (default) applies it in full from the first step, as
+the paper does.
+
+Final layer (``embedding_layer``): ``per_learner`` (default) gives each learner its own final
+linear layer, initialised as M-heads' are, so the learners differ from the start and ABE-M at
+initialisation keeps the linear-head baseline's retrieval quality (real CUB, cub_lite: validation
+R@1 at init 0.765 against binomial's 0.773; self-pair cosine 0.016, L_div 0); ``shared`` is Eq. 7
+read literally (one final layer in G): with open masks the learners then start as copies of one
+64-d learner (0.662, self-pair cosine 0.992) and L_div starts at its maximum (docs/methods/abe.md).
 
 The masks start open (``mask_bias``: σ(3) ≈ 0.95) so that ABE at initialisation keeps the
 backbone's features; ``mask_bias: 0`` with ``mask_weight_gain: 1`` is the paper's Glorot /
@@ -78,9 +88,14 @@ class ABEOptions:
         attention_until: last backbone stage copied into the attention trunk C (GoogLeNet:
             ``inception4e``, i.e. inception 4a–4e); equal to ``branch_after`` for no trunk (the masks
             come from S(x) directly). ``abe`` only.
-        embedding_layer: ``shared`` (Eq. 7: one final linear layer in G for all learners) or
-            ``per_learner`` (one per learner). ``abe`` only; M-heads always have one per head.
+        embedding_layer: ``per_learner`` (one final linear layer per learner, initialised as M-heads'
+            are: the learners differ at init and ABE keeps the baseline's features) or ``shared``
+            (Eq. 7 read literally: one final linear layer in G for all learners; identical learners at
+            init). ``abe`` only; M-heads always have one per head.
         divergence_weight: λ_div ≥ 0 of Eq. 8 (0: no divergence loss).
+        divergence_warmup_epochs: W ≥ 0: λ_div grows linearly from 0 to ``divergence_weight`` over the
+            first W epochs, batch by batch (:func:`divergence_ramp`); 0: in full from the first step
+            (the paper).
         divergence_margin: m_div > 0 of Eq. 9, on the squared Euclidean distance.
         divergence_reduction: ``per_learner`` (Σ_p mean_{q≠p}: L_div has M terms like Σ_m L_metric,(m))
             or ``sum`` (Σ_{p≠q}, Eq. 9 literally; (M − 1)× heavier).
@@ -97,8 +112,9 @@ class ABEOptions:
     learners: int = 8
     branch_after: str = "stage2"
     attention_until: str = "stage3"
-    embedding_layer: Literal["shared", "per_learner"] = "shared"
+    embedding_layer: Literal["shared", "per_learner"] = "per_learner"
     divergence_weight: float = 1.0
+    divergence_warmup_epochs: float = 0.0
     divergence_margin: float = 1.0
     divergence_reduction: Literal["per_learner", "sum"] = "per_learner"
     mask_bias: float = OPEN_MASK_BIAS
@@ -111,6 +127,9 @@ class ABEOptions:
             raise ValueError(f"learners must be ≥ 1, got {self.learners}")
         if self.divergence_weight < 0:
             raise ValueError(f"divergence_weight must be ≥ 0, got {self.divergence_weight}")
+        if self.divergence_warmup_epochs < 0:
+            raise ValueError(f"divergence_warmup_epochs must be ≥ 0 (0: no warm-up), "
+                             f"got {self.divergence_warmup_epochs}")
         if self.divergence_margin <= 0:
             raise ValueError(f"divergence_margin must be > 0, got {self.divergence_margin}")
         if self.mask_weight_gain <= 0:
@@ -127,6 +146,24 @@ def self_similarity_ceiling(divergence_margin: float) -> float:
     0.5
     """
     return 1.0 - divergence_margin / 2.0
+
+
+def divergence_ramp(epoch: int, batch: int, batches_per_epoch: int, warmup_epochs: float) -> float:
+    """Share of λ_div applied to batch ``batch`` (0-based) of epoch ``epoch`` (1-based).
+
+    min(1, t / W) with t = epoch − 1 + batch / batches_per_epoch, the epochs trained before that
+    batch, and W = ``warmup_epochs``; 1 when W = 0 (no warm-up). It depends on the step only, so a
+    resumed run continues the ramp where it stopped.
+
+    Two epochs of warm-up, 4 batches per epoch: the first batch gets 0, the middle of epoch 1 a
+    quarter, epoch 2 starts at half, epoch 3 at the full weight:
+
+    >>> [divergence_ramp(e, b, 4, 2.0) for e, b in [(1, 0), (1, 2), (2, 0), (2, 3), (3, 0)]]
+    [0.0, 0.25, 0.5, 0.875, 1.0]
+    """
+    if warmup_epochs == 0:
+        return 1.0
+    return min(1.0, (epoch - 1 + batch / batches_per_epoch) / warmup_epochs)
 
 
 class ABERecipe(Recipe):
@@ -146,6 +183,8 @@ class ABERecipe(Recipe):
         self.learner_dim = dim // learners
         self._sums: dict[str, float] = {}
         self._batches = 0
+        self._epoch = 1
+        self._batches_per_epoch: int | None = None
         self._last_health: dict[str, float] = {}
 
     # --- model, loss, batches -------------------------------------------------------------
@@ -180,10 +219,24 @@ class ABERecipe(Recipe):
             raise ValueError(f"methods.{self.run.get('method', '?')}: {err}") from err
 
     def build_sampler(self, labels: np.ndarray, generator: torch.Generator) -> Iterable[list[int]]:
+        """The epoch's batches (``batches``); their number sets the step of the λ_div warm-up."""
         if self.options.batches == "class_balanced":
-            return super().build_sampler(labels, generator)
-        return PairBatchSampler(labels, self.options.pair_anchors, generator,
-                                num_batches=self.training["sampler"].get("batches_per_epoch"))
+            sampler = super().build_sampler(labels, generator)
+        else:
+            sampler = PairBatchSampler(labels, self.options.pair_anchors, generator,
+                                       num_batches=self.training["sampler"].get("batches_per_epoch"))
+        self._batches_per_epoch = len(sampler)
+        return sampler
+
+    def divergence_weight(self) -> float:
+        """λ_div for the next batch: ``divergence_weight`` × :func:`divergence_ramp` of the current step."""
+        o = self.options
+        if o.divergence_warmup_epochs == 0:
+            return o.divergence_weight
+        if self._batches_per_epoch is None:
+            raise RuntimeError("the λ_div warm-up needs the epoch's length: call build_sampler before training_loss")
+        ramp = divergence_ramp(self._epoch, self._batches, self._batches_per_epoch, o.divergence_warmup_epochs)
+        return o.divergence_weight * ramp
 
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
@@ -196,8 +249,9 @@ class ABERecipe(Recipe):
             terms.update(mask_mean=detached.mean(), mask_std=detached.std())
         else:
             embeddings = model(images)
+        loss.divergence_weight = self.divergence_weight()
         value = loss(embeddings, labels)
-        terms.update(loss.last_terms)
+        terms.update(loss.last_terms, divergence_weight=loss.divergence_weight)
         if self.options.learners > 1:
             terms["self_similarity"] = self_pair_similarity(embeddings.detach().float().cpu().numpy(),
                                                             model.learner_slices)
@@ -208,14 +262,15 @@ class ABERecipe(Recipe):
 
     # --- epoch hooks ----------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
-        self._sums, self._batches = {}, 0
+        self._sums, self._batches, self._epoch = {}, 0, epoch
 
     def epoch_log(self) -> dict[str, float]:
         """Means over the epoch's batches: ``metric_loss`` (Σ_m L_metric,(m)), ``divergence_loss``
-        (L_div before weighting) and the health numbers ``health/train_self_similarity`` (M ≥ 2: mean
+        (L_div before weighting), ``divergence_weight`` (the λ_div applied; below the option's value
+        during a warm-up) and the health numbers ``health/train_self_similarity`` (M ≥ 2: mean
         cosine of the self pairs), ``health/mask_mean`` and ``health/mask_std`` (ABE: mean and std of
         all mask values of a batch)."""
-        names = {"metric": "metric_loss", "divergence": "divergence_loss",
+        names = {"metric": "metric_loss", "divergence": "divergence_loss", "divergence_weight": "divergence_weight",
                  "self_similarity": f"{HEALTH_PREFIX}train_self_similarity",
                  "mask_mean": f"{HEALTH_PREFIX}mask_mean", "mask_std": f"{HEALTH_PREFIX}mask_std"}
         row = {names[k]: v / max(self._batches, 1) for k, v in self._sums.items()}

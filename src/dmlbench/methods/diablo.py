@@ -34,6 +34,13 @@ metrics.json), from the attention A (B, N, 1 or c, h, w) of the training batches
 
 :meth:`DIABLORecipe.health_checks` bounds them and evaluation's ``self_similarity``
 (branches not identical); the thresholds are documented in docs/methods/diablo.md.
+
+Movement since the first training step (logged, not checked; :class:`MovementTracker`): whether
+the attention of fixed images changes at all, which a steady mean entropy does not show:
+
+- ``diablo/dictionary_relative_change``: ‖D̂ − D̂⁰‖ / ‖D̂⁰‖ of the dictionary's unit directions;
+- ``diablo/attention_change``: mean total-variation distance between the attention of
+  :data:`PROBE_IMAGES` probe images now and before the first step.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from dmlbench.losses import build_loss
@@ -64,8 +72,13 @@ class DIABLOOptions:
         dictionary_size: N ≥ 1, number of dictionary entries = branches; must divide
             ``training.embedding_dim`` (each branch has embedding_dim / N dimensions).
         hardness: α > 0 (dimensionless) of the softmax over the cosine similarities to the
-            dictionary; the paper does not state its value. Cosines lie in [-1, 1], so α = 10
-            lets one entry take e^20 ≈ 5·10⁸ times the weight of another at most.
+            dictionary; the paper does not state its value. Default 3: identity at
+            initialisation. A random dictionary's cosines to any φ feature have std 1/√m, so its
+            attention multiplies every element of a branch's map by N·A, a noise of std ≈ α/√m
+            (CUB, ``cub_lite``, m = 112: 0.27 at α = 3, 0.88 at α = 10, the value before issue 23,
+            which dropped validation R@1 at init from the linear head's 0.773 to 0.619; α = 3
+            starts at 0.759, uniform attention at 0.762). Cosines lie in [-1, 1], so a learned
+            dictionary can still give one entry e^6 ≈ 400 times the weight of another at α = 3.
         feature_stage: backbone stage whose output is F (GoogLeNet: pool3 for pre-, pool4 for
             post-attention, DIABLO §4.1).
         phi_until: φ = its own copy of the backbone stages after ``feature_stage`` up to this
@@ -82,6 +95,14 @@ class DIABLOOptions:
             literally: the weights sum to 1 over the N entries, every branch gets ≈ X / N,
             which frozen BatchNorm after a pre-attention merge does not expect); see
             :func:`dmlbench.models.diablo.merge`.
+        dictionary_init: 'unit' (default: random directions of norm 1) or 'normal' (a standard
+            normal, rows of norm ≈ √m: the code before issue 23). Same directions, so the same
+            attention at initialisation; under Adam the unit directions turn √m times faster
+            (:func:`dmlbench.models.diablo.initial_dictionary`).
+        dictionary_lr_multiplier: > 0; the dictionary's lr is this multiple of the head's
+            (optimiser group ``head/dictionary``). Default 1 (the head's lr; with the paper
+            overlay's single lr, the paper's one lr); ``cub_lite`` sets 10, where the head's lr
+            1e-4 turned the unit directions 6 times slower than the branch linears.
 
     The defaults are the paper's main variant (dimension-wise, pre-attention, N = 8) with cut
     points for the embedded ``small_cnn``: F after stage2, φ = a copy of stage3, ψ = stage3–4.
@@ -90,18 +111,23 @@ class DIABLOOptions:
     selection: Literal["feature", "dimension"] = "dimension"
     placement: Literal["pre", "post"] = "pre"
     dictionary_size: int = 8
-    hardness: float = 10.0
+    hardness: float = 3.0
     feature_stage: str = "stage2"
     phi_until: str = "stage3"
     psi_until: str = "stage4"
     loss_on: Literal["branches", "concatenation"] = "branches"
     merge_scale: Literal["identity", "paper"] = "identity"
+    dictionary_init: Literal["unit", "normal"] = "unit"
+    dictionary_lr_multiplier: float = 1.0
 
     def __post_init__(self) -> None:
         if self.dictionary_size < 1:
             raise ValueError(f"dictionary_size must be ≥ 1, got {self.dictionary_size}")
         if not self.hardness > 0:
             raise ValueError(f"hardness must be > 0, got {self.hardness}")
+        if not self.dictionary_lr_multiplier > 0:
+            raise ValueError(f"dictionary_lr_multiplier must be > 0, got {self.dictionary_lr_multiplier} "
+                             f"(1 = the head's lr)")
 
 
 #: ``health/attention_entropy_ratio`` above this: the attention is (close to) uniform, so every branch
@@ -163,6 +189,85 @@ class AttentionStatistics:
                 "health/dictionary_usage": assignment_usage(self.assignment_sum / self.batches)}
 
 
+#: images of the first training batch whose attention is re-measured after every epoch (``diablo/attention_change``).
+PROBE_IMAGES = 8
+
+
+def relative_change(current: torch.Tensor, initial: torch.Tensor) -> float:
+    """‖current − initial‖ / ‖initial‖ (Frobenius norms): 0 when unchanged, 1 for a change as long as
+    ``initial`` itself. ``initial`` must not be all zero."""
+    return float((current.double() - initial.double()).norm() / initial.double().norm())
+
+
+def attention_change(current: torch.Tensor, initial: torch.Tensor) -> float:
+    """Mean over images, positions (and channels) of the total-variation distance ½·Σₙ |Aₙ − A⁰ₙ| between
+    two attentions of the same images, in [0, 1]: 0 unchanged, 1 every position moved all its weight to
+    entries it gave none before.
+
+    Args:
+        current, initial: (B, N, 1 or c, h, w) weights summing to 1 over axis 1.
+    """
+    return float(0.5 * (current.double() - initial.double()).abs().sum(dim=1).mean())
+
+
+class MovementTracker:
+    """How far the dictionary and the attention of fixed images moved since the first training step.
+
+    :meth:`start` keeps, before the first optimiser step, a copy of the dictionary D⁰ and of the first
+    :data:`PROBE_IMAGES` images of the first training batch with their attention A⁰ (eval mode, at
+    φ's resolution, full precision); :meth:`measure` compares the current dictionary and these
+    images' current attention with them. The attention moves when the dictionary or φ do; a mean
+    entropy that stays put does not show whether it moved.
+    """
+
+    def __init__(self) -> None:
+        self.dictionary: torch.Tensor | None = None
+        self.images: torch.Tensor | None = None
+        self.attention: torch.Tensor | None = None
+
+    @staticmethod
+    def probe_attention(model: DIABLO, images: torch.Tensor) -> torch.Tensor:
+        """(B, N, 1 or c, h, w) attention of ``images`` in eval mode, without autocast; restores the mode."""
+        was_training = model.training
+        model.eval()
+        with torch.no_grad(), torch.autocast(images.device.type, enabled=False):
+            attention = model.selection_maps(images)
+        model.train(was_training)
+        return attention
+
+    def start(self, model: DIABLO, images: torch.Tensor) -> None:
+        """Keep D⁰ and the probe images' A⁰ unless already kept (the first call of the run counts)."""
+        if self.dictionary is not None:
+            return
+        self.dictionary = model.selection.dictionary.detach().clone()
+        self.images = images[:PROBE_IMAGES].detach().clone()
+        self.attention = self.probe_attention(model, self.images)
+
+    def measure(self, model: DIABLO) -> dict[str, float]:
+        """Since :meth:`start` (NaN before it):
+
+        - ``diablo/dictionary_relative_change``: :func:`relative_change` of the dictionary's *unit*
+          directions, i.e. the root mean square over the directions of the chord ‖d̂ − d̂⁰‖ (≈ the
+          angle turned, in radians, for small turns). Only directions enter the cosine: weight decay
+          shrinking the directions' lengths changes no attention and does not count;
+        - ``diablo/attention_change``: :func:`attention_change` of the probe images.
+        """
+        if self.dictionary is None:
+            return {"diablo/dictionary_relative_change": math.nan, "diablo/attention_change": math.nan}
+        dictionary = model.selection.dictionary.detach()
+        device = dictionary.device
+        return {"diablo/dictionary_relative_change": relative_change(
+                    F.normalize(dictionary, dim=-1), F.normalize(self.dictionary.to(device), dim=-1)),
+                "diablo/attention_change": attention_change(self.probe_attention(model, self.images.to(device)),
+                                                            self.attention.to(device))}
+
+    def state_dict(self) -> dict[str, torch.Tensor | None]:
+        return {"dictionary": self.dictionary, "images": self.images, "attention": self.attention}
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor | None]) -> None:
+        self.dictionary, self.images, self.attention = state["dictionary"], state["images"], state["attention"]
+
+
 class DIABLORecipe(Recipe):
     """DIABLO: backbone + dictionary attention + N L2-normalised branches, one standard loss."""
 
@@ -177,7 +282,9 @@ class DIABLORecipe(Recipe):
             raise ValueError(f"training.embedding_dim = {dim} is not divisible by {self._where('dictionary_size')}"
                              f" = {entries}; choose N dividing it (each branch has d/N dimensions)")
         self._health = AttentionStatistics()
-        self._last_health: dict[str, float] = {}
+        self._movement = MovementTracker()
+        self._model: DIABLO | None = None
+        self._last_log: dict[str, float] = {}
 
     def _where(self, key: str) -> str:
         return f"methods.{self.run.get('method', '?')}.options.{key}"
@@ -195,7 +302,8 @@ class DIABLORecipe(Recipe):
             return DIABLO(backbone, selection=o.selection, placement=o.placement, num_entries=o.dictionary_size,
                           hardness=o.hardness, feature_stage=o.feature_stage, phi_until=o.phi_until,
                           psi_until=o.psi_until, embedding_dim=dim,
-                          freeze_bn=self.training["backbone"].get("freeze_bn", False), merge_scale=o.merge_scale)
+                          freeze_bn=self.training["backbone"].get("freeze_bn", False), merge_scale=o.merge_scale,
+                          dictionary_init=o.dictionary_init, dictionary_lr_multiplier=o.dictionary_lr_multiplier)
         except (KeyError, ValueError) as err:
             raise ValueError(f"{self._where('feature_stage / phi_until / psi_until')}: {err}") from err
 
@@ -213,7 +321,9 @@ class DIABLORecipe(Recipe):
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
         """The mean of the per-branch losses, or the loss of the concatenation / √N (see module docstring);
-        accumulates the batch's attention statistics for :meth:`epoch_log`."""
+        accumulates the batch's attention statistics for :meth:`epoch_log` (the run's first batch also
+        starts the :class:`MovementTracker`)."""
+        self._movement.start(model, images)
         attention, attended = model.attend(images)
         self._health.add(attention.detach())
         branches = model.embed_attended(attended)  # (B, N, d/N), unit-norm rows per branch
@@ -223,25 +333,30 @@ class DIABLORecipe(Recipe):
 
     # --- mechanism health -------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
+        """A fresh epoch of attention statistics; ``model`` is the one :meth:`epoch_log` measures."""
         self._health = AttentionStatistics()
+        self._model = model
 
     def epoch_log(self) -> dict[str, float]:
         """``health/attention_entropy_ratio`` and ``health/dictionary_usage`` of the epoch's training
-        batches (none for N = 1: one entry has nothing to select)."""
+        batches, and the movement since the first step (:meth:`MovementTracker.measure`) of the model
+        given to :meth:`on_epoch_start`; none for N = 1 (one entry has nothing to select)."""
         if self.options.dictionary_size == 1:
             return {}
-        self._last_health = self._health.health()
-        return dict(self._last_health)
+        self._last_log = {**self._health.health(), **self._movement.measure(self._model)}
+        return dict(self._last_log)
 
     def summary(self) -> dict[str, float]:
-        """The last epoch's health numbers (copied into metrics.json)."""
-        return dict(self._last_health)
+        """The last epoch's :meth:`epoch_log` (copied into metrics.json)."""
+        return dict(self._last_log)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"last_health": dict(self._last_health)}
+        return {"last_log": dict(self._last_log), "movement": self._movement.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._last_health = dict(state.get("last_health", {}))
+        self._last_log = dict(state.get("last_log", {}))
+        if "movement" in state:
+            self._movement.load_state_dict(state["movement"])
 
     def health_checks(self) -> list[HealthCheck]:
         """Attention not uniform, dictionary not collapsed onto one entry, branches not identical

@@ -71,6 +71,9 @@ class DeMLNetwork(nn.Module):
         cam_after: stage whose output the CAMs re-weight (GoogLeNet: pool3).
         cam_hidden: CAM bottleneck width (64).
         cam_pooled: CAM weights per channel (paper) or per position (authors' code).
+        cam_init: 'identity' (every CAM gate 1 at init: the scale embeds its input as the bare
+            backbone does) or 'paper' (σ gates at PyTorch's init, ≈ 0.5);
+            :class:`~dmlbench.models.deml_attention.ChannelAttention`.
         oam_layers: stages whose maps the OAM reads (GoogLeNet: inception4e, inception5b).
         oam_iterations: random-walk steps T (10).
         oam_variant: 'code' or 'paper' (:func:`~dmlbench.models.deml_attention.oam_saliency`).
@@ -84,7 +87,8 @@ class DeMLNetwork(nn.Module):
 
     def __init__(self, backbones: Sequence[StagedBackbone], embedding_dim: int, num_cams: int, cam_after: str,
                  cam_hidden: int, cam_pooled: bool, oam_layers: Sequence[str], oam_iterations: int,
-                 oam_variant: str, share_learners: bool = True, freeze_bn: bool = False):
+                 oam_variant: str, share_learners: bool = True, freeze_bn: bool = False,
+                 cam_init: str = "identity"):
         super().__init__()
         if not backbones:
             raise ValueError("DeML needs at least one scale")
@@ -109,7 +113,7 @@ class DeMLNetwork(nn.Module):
         self.backbone = nn.ModuleList(backbones)
         channels, pooled_channels = first.out_channels[cam_after], first.out_channels["pool"]
         self.cams = nn.ModuleList(
-            nn.ModuleList(ChannelAttention(channels, cam_hidden, cam_pooled) for _ in range(num_cams))
+            nn.ModuleList(ChannelAttention(channels, cam_hidden, cam_pooled, cam_init) for _ in range(num_cams))
             for _ in backbones)
         self.share_learners = share_learners
         self.learners = nn.ModuleList(

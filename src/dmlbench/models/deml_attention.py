@@ -3,7 +3,11 @@
 - :class:`ChannelAttention` (CAM, §3.2): spatial average pooling → FC C→64 → ReLU →
   FC 64→C → sigmoid → per-channel re-weighting of the feature map (a squeeze-excitation
   block). ``pooled=False`` is the authors' Caffe variant: the two FCs are 1×1 convolutions
-  applied at every position (no pooling), so the weights vary over space.
+  applied at every position (no pooling), so the weights vary over space. ``init`` (see
+  :data:`CAM_INITS`): ``identity`` (default) gates with 2σ(z) and zero-initialises the last FC,
+  so every gate is exactly 1 at initialisation and the CAM passes the pretrained map unchanged
+  (gate slope 2σ'(0) = 0.5); ``paper`` is the paper's σ(z) at PyTorch's default init, gates
+  ≈ 0.5 that halve the map in front of the frozen-BatchNorm layers of GNet.
 - The object-attention module (OAM, §3.1, Eq. 2–3) is parameter-free and runs without
   gradient: a fully connected graph over the H·W positions of a feature map with edge
   weights ‖u_a − u_b‖ (:func:`transition_matrix`), out-edges normalised to 1, and T
@@ -58,30 +62,47 @@ from torch import Tensor, nn
 CODE_GAUSSIAN_SIGMA = 0.15
 #: The OAM variants: the authors' ``ProposalCrop`` (default) and the paper's Eq. 2 as printed.
 OAM_VARIANTS = ("code", "paper")
+#: CAM initialisations: ``identity`` (gate 2σ(z), last FC zero: every gate 1 at init) and ``paper``
+#: (gate σ(z), PyTorch's default init: gates ≈ 0.5).
+CAM_INITS = ("identity", "paper")
+#: Gate gain of the ``identity`` CAM: 2σ(0) = 1, so a zero pre-activation leaves a channel unchanged.
+IDENTITY_GATE_GAIN = 2.0
 
 
 class ChannelAttention(nn.Module):
-    """Channel-attention module: ``U ⊙ σ(W2 δ(W1 Ψ(U)))`` (DeML §3.2).
+    """Channel-attention module: ``U ⊙ g · σ(W2 δ(W1 Ψ(U)))`` (DeML §3.2; g = 1 in the paper).
 
     Args:
         channels: C of the input map.
         hidden: width of the bottleneck (64 in the paper).
         pooled: True: Ψ = spatial average pooling, one weight per channel (paper);
             False: per-position 1×1 convolutions without pooling (authors' code).
+        init: 'identity' (default): g = :data:`IDENTITY_GATE_GAIN` and W2, b2 = 0, so every
+            gate is 2σ(0) = 1 and the module is the identity at initialisation; gates live in
+            (0, 2) and move with slope 2σ'(0) = 0.5 from the first step. 'paper': g = 1 at
+            PyTorch's default init (gates in (0, 1), ≈ 0.5 at init). An open bias on the
+            paper's σ (b2 = 4.6: gate 0.99) would also start near the identity, but with a slope
+            σ'(4.6) ≈ 0.01, 50× flatter: the gate would barely learn.
 
     ``forward``: (B, C, H, W) → (B, C, H, W), the re-weighted map.
     """
 
-    def __init__(self, channels: int, hidden: int = 64, pooled: bool = True):
+    def __init__(self, channels: int, hidden: int = 64, pooled: bool = True, init: str = "identity"):
         super().__init__()
+        if init not in CAM_INITS:
+            raise ValueError(f"CAM init must be one of {CAM_INITS}, got {init!r}")
         self.pooled = pooled
         self.reduce = nn.Conv2d(channels, hidden, 1)
         self.expand = nn.Conv2d(hidden, channels, 1)
+        self.gain = IDENTITY_GATE_GAIN if init == "identity" else 1.0
+        if init == "identity":
+            nn.init.zeros_(self.expand.weight)
+            nn.init.zeros_(self.expand.bias)
 
     def weights(self, features: Tensor) -> Tensor:
-        """Channel weights in (0, 1): (B, C, 1, 1) (pooled) or (B, C, H, W) (per position)."""
+        """Channel weights in (0, gain): (B, C, 1, 1) (pooled) or (B, C, H, W) (per position)."""
         squeezed = features.mean(dim=(2, 3), keepdim=True) if self.pooled else features
-        return torch.sigmoid(self.expand(F.relu(self.reduce(squeezed))))
+        return self.gain * torch.sigmoid(self.expand(F.relu(self.reduce(squeezed))))
 
     def forward(self, features: Tensor) -> Tensor:
         return features * self.weights(features)

@@ -67,6 +67,8 @@ Selection = Literal["feature", "dimension"]
 Placement = Literal["pre", "post"]
 MergeScale = Literal["identity", "paper"]
 MERGE_SCALES: tuple[str, ...] = ("identity", "paper")
+DictionaryInit = Literal["unit", "normal"]
+DICTIONARY_INITS: tuple[str, ...] = ("unit", "normal")
 
 #: floor of the norms in the cosine similarity (an all-zero φ feature gets similarity 0 to every entry).
 COSINE_EPS = 1e-8
@@ -133,6 +135,25 @@ def resize_attention(attention: Tensor, size: tuple[int, int]) -> Tensor:
     return resized.reshape(b, n, c, *size)
 
 
+def initial_dictionary(num_entries: int, rows: int, in_channels: int, init: DictionaryInit) -> Tensor:
+    """A random dictionary (N, rows, m): directions uniform on the sphere, of length ``init``'s.
+
+    Only the directions matter to the cosine (the forward pass is the same for both inits drawn
+    from the same RNG state); the length sets how fast an optimiser turns them:
+
+    - ``unit`` (default): rows of norm 1 (elements ≈ 1/√m). Adam moves every element by at most
+      ≈ lr per step, so the directions turn like a layer whose weights are ≈ 1/√m;
+    - ``normal``: a standard normal (elements ≈ 1, rows of norm ≈ √m), the code before issue 23:
+      the same steps turn the directions up to √m times slower. Measured on CUB (``cub_lite``,
+      m = 112, 20 steps at the head's lr): the unit directions turned by 0.53·10⁻³ (normal) vs
+      5.7·10⁻³ (unit), the branch linears by 3.5·10⁻² (docs/methods/diablo.md).
+    """
+    if init not in DICTIONARY_INITS:
+        raise ValueError(f"dictionary init must be one of {DICTIONARY_INITS}, got {init!r}")
+    directions = torch.randn(num_entries, rows, in_channels)
+    return F.normalize(directions, dim=-1) if init == "unit" else directions
+
+
 class DictionarySelection(nn.Module):
     """Selection block S with its dictionary: φ(F) (B, m, h, w) → attention maps.
 
@@ -142,13 +163,17 @@ class DictionarySelection(nn.Module):
         num_entries: N, dictionary size.
         channels: c, channels of the feature map the maps are merged with (dimension-wise only).
         hardness: α > 0 of the softmax.
+        init: length of the random directions, 'unit' or 'normal' (:func:`initial_dictionary`).
 
     ``forward`` returns (B, N, 1, h, w) for feature-wise and (B, N, c, h, w) for dimension-wise
-    selection, non-negative and summing to 1 over axis 1. The dictionary is drawn from a
-    standard normal (directions uniform on the sphere; only directions matter to the cosine).
+    selection, non-negative and summing to 1 over axis 1. The directions are uniform on the
+    sphere, so at initialisation the cosine of any φ feature to an entry has mean 0 and
+    variance 1/m, and the softmax's logits α·s have standard deviation α/√m whatever φ(F) is:
+    α/√m sets how far the random attention is from uniform (docs/methods/diablo.md).
     """
 
-    def __init__(self, selection: Selection, in_channels: int, num_entries: int, channels: int, hardness: float):
+    def __init__(self, selection: Selection, in_channels: int, num_entries: int, channels: int, hardness: float,
+                 init: DictionaryInit = "unit"):
         super().__init__()
         if selection not in ("feature", "dimension"):
             raise ValueError(f"selection must be 'feature' or 'dimension', got {selection!r}")
@@ -158,7 +183,7 @@ class DictionarySelection(nn.Module):
         self.num_entries = num_entries
         self.hardness = hardness
         rows = 1 if selection == "feature" else channels
-        self.dictionary = nn.Parameter(torch.randn(num_entries, rows, in_channels))
+        self.dictionary = nn.Parameter(initial_dictionary(num_entries, rows, in_channels, init))
 
     def forward(self, transformed: Tensor) -> Tensor:
         b, _, h, w = transformed.shape
@@ -195,6 +220,9 @@ class DIABLO(nn.Module):
         freeze_bn: keep the BatchNorms of the backbone and of φ in eval mode, frozen.
         merge_scale: 'identity' (attention × N, uniform attention = identity) or 'paper'
             (Eq. 9 / 13 literally); see :func:`merge`.
+        dictionary_init: 'unit' or 'normal' length of the random directions (:func:`initial_dictionary`).
+        dictionary_lr_multiplier: > 0 (checked by the optimiser); the dictionary forms the optimiser
+            group ``head/dictionary`` at this multiple of the head's lr (:meth:`parameter_group_multipliers`).
 
     ``forward`` maps (B, 3, H, W) RGB in [0, 1] to (B, d): the concatenation of the N unit-norm
     branch embeddings (norm √N); ``learner_slices`` are the branches' column ranges.
@@ -202,7 +230,8 @@ class DIABLO(nn.Module):
 
     def __init__(self, backbone: StagedBackbone, *, selection: Selection, placement: Placement, num_entries: int,
                  hardness: float, feature_stage: str, phi_until: str, psi_until: str, embedding_dim: int,
-                 freeze_bn: bool = False, merge_scale: MergeScale = "identity"):
+                 freeze_bn: bool = False, merge_scale: MergeScale = "identity",
+                 dictionary_init: DictionaryInit = "unit", dictionary_lr_multiplier: float = 1.0):
         super().__init__()
         if placement not in ("pre", "post"):
             raise ValueError(f"placement must be 'pre' or 'post', got {placement!r}")
@@ -221,7 +250,8 @@ class DIABLO(nn.Module):
         self.phi = copy.deepcopy(backbone.stages(feature_stage, phi_until))
         merged_channels = backbone.out_channels[feature_stage if placement == "pre" else psi_until]
         self.selection = DictionarySelection(selection, backbone.out_channels[phi_until], num_entries,
-                                             merged_channels, hardness)
+                                             merged_channels, hardness, init=dictionary_init)
+        self.dictionary_lr_multiplier = dictionary_lr_multiplier
         branch_dim = embedding_dim // num_entries
         self.embeddings = BranchEmbeddings(num_entries, backbone.out_channels[psi_until], branch_dim)
         self.learner_slices = [(n * branch_dim, (n + 1) * branch_dim) for n in range(num_entries)]
@@ -241,6 +271,11 @@ class DIABLO(nn.Module):
         """φ, a copy of backbone stages: trained at the backbone's learning rate."""
         return [self.phi]
 
+    def parameter_group_multipliers(self) -> dict[str, tuple[nn.Module, float]]:
+        """The optimiser hook (:func:`dmlbench.training.optim.parameter_groups`): the dictionary forms
+        the group ``head/dictionary`` at ``dictionary_lr_multiplier`` × the head's lr."""
+        return {"dictionary": (self.selection, self.dictionary_lr_multiplier)}
+
     def _psi(self, x: Tensor) -> Tensor:
         return self.backbone.stages(self.feature_stage, self.psi_until)(x)
 
@@ -248,6 +283,15 @@ class DIABLO(nn.Module):
         """(B, N, C, h, w) → (B, N, C) with the backbone's global pooling."""
         b, n = maps.shape[:2]
         return self.backbone.body["pool"](maps.flatten(0, 1)).reshape(b, n, -1)
+
+    def _select(self, features: Tensor) -> Tensor:
+        """F (B, c, h, w) → the selection's maps A = S(φ(F); D) at φ's resolution."""
+        return self.selection(self.phi(features))
+
+    def selection_maps(self, images: Tensor) -> Tensor:
+        """(B, 3, H, W) → A (B, N, 1 or c, h_φ, w_φ) at φ's resolution (before any resize to the
+        merge resolution), summing to 1 over N; skips the merge and ψ."""
+        return self._select(self.backbone(images, until=self.feature_stage))
 
     def attend(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """Attention maps and attended feature maps of a batch.
@@ -257,7 +301,7 @@ class DIABLO(nn.Module):
             H (B, N, C', h', w') the N maps that are pooled (after ψ for pre-attention).
         """
         features = self.backbone(images, until=self.feature_stage)
-        attention = self.selection(self.phi(features))
+        attention = self._select(features)
         if self.placement == "post":
             features = self._psi(features)
         attention = resize_attention(attention, tuple(features.shape[-2:]))

@@ -1,19 +1,40 @@
 """The claims table: each paper's mechanistic and ablation claims, re-measured on our runs.
 
-A claim (``claims.items`` in params.yaml) says that one method scores higher than
-another on one metric, e.g. "ABE-8 > 8-heads in R@1" or "the self-pair cosine of
-ABE-8 is higher without L_div". It names the two methods, the metric, what the paper
-printed (``reported``, transcribed with its table) and the seeds (those of the table
-whose runs it reuses, so the claims train nothing of their own). The table gives our
-mean ± std over seeds for both sides, their difference and whether the direction
-holds:
+A claim (``claims.items`` in params.yaml) compares two *sides* on a metric. A side is a method's
+value of a metrics.json key (``higher`` with ``metric`` or ``higher_metric``; ``lower`` with
+``metric`` or ``lower_metric``), or, for the lower side, a fixed reference number
+(``lower_value``, e.g. 1.0 for uniform attention or 0.0 for uncorrelated learners). The two sides
+may be one method's two keys (e.g. DeML's finest scale against its coarsest). A claim is either
 
-- ``yes`` / ``no``: the sign of the mean difference (higher − lower);
-- ``(within noise)`` is added when |difference| is at most the larger of the two
-  sample standard deviations over seeds (with one seed there is no noise estimate
-  and the cell says ``(1 seed)``);
-- a side whose runs failed a mechanism-health check (:mod:`.health`) carries a dagger:
-  the comparison then says nothing about the mechanism.
+- an **order** "higher > lower" (no ``margin``), or
+- an **equivalence** "higher ≈ lower" (``margin``: the largest |higher − lower| still called equal,
+  in the metric's stored units: 0.01 is one point of R@1); the names of the sides then only fix the
+  sign of the difference.
+
+Each claim names what the paper printed (``reported``, with its table or figure) and the seeds
+(``claims.seeds`` when set, else the item's ``seeds``, else the top-level ``seeds``: those of the
+table whose runs it reuses, so the claims train nothing of their own).
+
+**Verdict: the project's paired seed × query bootstrap** (:mod:`.significance`, the tables' own
+test). Both sides' values are resampled with the *same* draws of seed slots (matched by seed index)
+and test queries, in one :func:`~.significance.bootstrap_means` call, and the difference
+d = higher − lower is taken per replicate. Per-query values come from each run's ``per_query.npz``
+(R@K, MAP@R, RP, also of views such as ``scale2/R@1``); when a side's key has no per-query
+decomposition (NMI, ``self_similarity``, ``learners_mean/…``, ``health/…``), both sides are resampled
+over seeds only (with one seed there is nothing to resample: *inconclusive*). With α =
+:data:`~.significance.ALPHA`, and P(·) the share of replicates:
+
+- order: *supported* when P(d ≤ 0) < α, *contradicted* when P(d ≥ 0) < α;
+- equivalence (two one-sided tests): *supported* when P(d ≤ −margin) < α and P(d ≥ margin) < α
+  (the interval below lies inside ±margin), *contradicted* when P(d ≤ margin) < α or
+  P(d ≥ −margin) < α (it lies wholly outside);
+- otherwise *inconclusive*.
+
+The difference is shown with its central 1 − 2α (90 %) percentile interval, the interval these
+one-sided tests at α read (an order is supported exactly when its lower end is above 0); each side
+with half the width of its 95 % interval, as in the tables. A side whose runs failed a
+mechanism-health check (:mod:`.health`) carries a dagger: the comparison then says nothing about the
+mechanism.
 
 Outputs: ``claims.tex`` (booktabs), ``claims.md`` (+ its ``claims.html`` page) and ``claims.csv`` beside
 the tables.
@@ -27,25 +48,50 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dmlbench.atomic import write_text_atomic
 from dmlbench.config import ConfigError, resolve_method, section
+from dmlbench.evaluation.per_query import DECOMPOSABLE
 
-from .collect import RunDir, collect_runs
+from .collect import ReportInputError, RunDir, collect_runs
 from .health import dead_cells
 from .html import write_html_page
-from .latex import DEAD_MARK, escape_latex
+from .latex import DEAD_MARK, escape_latex, latex_from_plain
 from .metric_format import metric_format
+from .significance import (
+    ALPHA,
+    BOOTSTRAP_SAMPLES,
+    BOOTSTRAP_SEED,
+    bootstrap_means,
+    percentile_interval,
+    worse_p_value,
+)
+from .summary import _per_query_block
 
-CLAIM_COLUMNS = ["id", "paper", "claim", "reported", "metric", "higher", "lower", "seeds", "higher_mean",
-                 "higher_std", "lower_mean", "lower_std", "difference", "holds", "within_noise",
-                 "higher_dead", "lower_dead"]
+SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
+#: The verdicts, in the order the CLI counts them.
+VERDICTS = (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
+#: Coverage of the difference's interval: the two one-sided tests at α read its ends.
+DIFFERENCE_CONFIDENCE = 1.0 - 2.0 * ALPHA
+
+CLAIM_COLUMNS = ["id", "paper", "claim", "reported", "kind", "margin", "higher", "higher_metric", "lower",
+                 "lower_metric", "lower_value", "seeds", "queries", "higher_mean", "higher_ci_low", "higher_ci_high",
+                 "lower_mean", "lower_ci_low", "lower_ci_high", "difference", "difference_low", "difference_high",
+                 "p_not_higher", "verdict", "higher_dead", "lower_dead"]
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim: ``higher`` scores above ``lower`` on ``metric`` (``claims.items[i]``)."""
+    """One claim (``claims.items[i]``): ``higher`` on ``metric`` against ``lower`` on ``lower_metric``.
+
+    Attributes:
+        lower: the lower side's method; None when the lower side is the number ``lower_value``.
+        lower_metric: the lower side's key (defaults to ``metric`` in :func:`claims_of`).
+        margin: None for an order (higher > lower); the equivalence margin (same units as the metric)
+            for higher ≈ lower.
+    """
 
     id: str
     paper: str
@@ -53,8 +99,16 @@ class Claim:
     reported: str
     metric: str
     higher: str
-    lower: str
+    lower: str | None
     seeds: tuple[int, ...]
+    lower_metric: str = ""
+    lower_value: float | None = None
+    margin: float | None = None
+
+    @property
+    def sides(self) -> list[tuple[str, str]]:
+        """The (method, key) of each side that a run measures: the higher side, then the lower one if a method."""
+        return [(self.higher, self.metric)] + ([(self.lower, self.lower_metric)] if self.lower is not None else [])
 
 
 def claims_of(config: Mapping[str, Any]) -> tuple[str, list[Claim]]:
@@ -62,17 +116,21 @@ def claims_of(config: Mapping[str, Any]) -> tuple[str, list[Claim]]:
     claims = config.get("claims")
     if not claims:
         return "", []
-    seeds = tuple(config["seeds"])
+    default_seeds = tuple(config["seeds"])
+    override = claims.get("seeds")
     return claims["dataset"], [
         Claim(id=item["id"], paper=item["paper"], claim=item["claim"], reported=item.get("reported", ""),
-              metric=item["metric"], higher=item["higher"], lower=item["lower"],
-              seeds=tuple(item.get("seeds", seeds)))
+              metric=item.get("higher_metric", item["metric"]), higher=item["higher"], lower=item.get("lower"),
+              seeds=tuple(override or item.get("seeds", default_seeds)),
+              lower_metric=item.get("lower_metric", item["metric"]), lower_value=item.get("lower_value"),
+              margin=item.get("margin"))
         for item in claims["items"]
     ]
 
 
 def check_claims(config: Mapping[str, Any], source: str) -> None:
-    """Cross-references of ``claims``: a known dataset, known methods, unique ids, no table named ``claims``.
+    """Cross-references of ``claims``: a known dataset, known methods, one lower side, unique ids, no table
+    named ``claims``.
 
     Raises:
         ConfigError: naming ``claims.items[i].<key>`` and what is defined.
@@ -89,8 +147,10 @@ def check_claims(config: Mapping[str, Any], source: str) -> None:
         if claim.id in seen:
             raise ConfigError(f"{source}: claims.items[{i}].id = {claim.id!r} is used twice; ids must be unique")
         seen.add(claim.id)
-        for side in ("higher", "lower"):
-            method = getattr(claim, side)
+        if (claim.lower is None) == (claim.lower_value is None):
+            raise ConfigError(f"{source}: claims.items[{i}] ({claim.id}): give exactly one of 'lower' (a method) "
+                              f"and 'lower_value' (a fixed reference number) for the lower side")
+        for side, (method, _) in zip(("higher", "lower"), claim.sides):
             if method not in config["methods"]:
                 raise ConfigError(f"{source}: claims.items[{i}].{side} = {method!r} is not defined under "
                                   f"'methods'; use one of the method names there")
@@ -100,74 +160,187 @@ def check_claims(config: Mapping[str, Any], source: str) -> None:
 def claim_runs(config: Mapping[str, Any], runs_dir: Path) -> list[RunDir]:
     """Every run the claims read (each once), in ``runs_dir/<dataset>/<method>/seed<k>``."""
     dataset, claims = claims_of(config)
-    keys = sorted({(m, s) for c in claims for m in (c.higher, c.lower) for s in c.seeds})
+    keys = sorted({(method, s) for c in claims for method, _ in c.sides for s in c.seeds})
     return [RunDir(dataset, m, s, runs_dir / dataset / m / f"seed{s}") for m, s in keys]
 
 
-def _side(results: pd.DataFrame, method: str, metric: str, seeds: Sequence[int]) -> pd.Series:
-    """The metric of a method's runs, indexed by seed; a missing run/key is a clear error."""
+def _reported(results: pd.DataFrame, method: str, metric: str, seeds: Sequence[int]) -> pd.DataFrame:
+    """A method's metrics.json values of ``metric``, indexed by seed (in ``seeds`` order), one column.
+
+    Raises:
+        ConfigError: a missing run or key (naming the method, the key and the seeds).
+    """
     rows = results[(results["method"] == method) & (results["metric"] == metric) & results["seed"].isin(seeds)]
-    values = rows.set_index("seed")["value"]
+    values = rows.pivot(index="seed", columns="metric", values="value")
     missing = sorted(set(seeds) - set(values.index))
     if missing:
         raise ConfigError(f"claims: {method} has no '{metric}' in metrics.json of seed(s) {missing}; "
                           f"is '{metric}' a key that this method's runs write?")
-    return values
+    return values.loc[list(seeds)]
 
 
-def evaluate_claims(claims: Sequence[Claim], results: pd.DataFrame,
-                    dead: Mapping[str, bool]) -> pd.DataFrame:
+def _per_query(claim: Claim) -> bool:
+    """Whether every measured side's key has per-query values (else both sides resample seeds only)."""
+    return all(DECOMPOSABLE.match(metric) for _, metric in claim.sides)
+
+
+def _side_values(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str, int], RunDir]) -> np.ndarray:
+    """(S, Q, n) values of the claim's n measured sides, seeds in claim order: per-query values when every
+    side's key decomposes per query (Q test queries, the same for both sides), else per-run values (Q = 1).
+
+    Raises:
+        ReportInputError: a missing per_query.npz, or sides evaluated on other test queries.
+    """
+    reported = [_reported(results, method, metric, claim.seeds) for method, metric in claim.sides]
+    if not _per_query(claim):
+        return np.stack([frame.to_numpy(dtype=float)[:, 0] for frame in reported], axis=1)[:, None, :]
+    blocks, rows = [], None
+    for (method, metric), frame in zip(claim.sides, reported):
+        block, side_rows = _per_query_block([runs[(method, s)] for s in claim.seeds], [metric], frame)
+        if rows is not None and not np.array_equal(rows, side_rows):
+            raise ReportInputError(f"claims.{claim.id}: {claim.higher} and {method} were evaluated on other test "
+                                   f"queries; a claim pairs the two sides query by query")
+        rows = side_rows
+        blocks.append(block)
+    return np.concatenate(blocks, axis=2)
+
+
+def _share_at_most(values: np.ndarray, bound: float) -> float:
+    """P(value ≤ bound) over replicates (B,), via the tables' paired test."""
+    return worse_p_value(values, np.full_like(values, bound))
+
+
+def _share_at_least(values: np.ndarray, bound: float) -> float:
+    """P(value ≥ bound) over replicates (B,)."""
+    return worse_p_value(np.full_like(values, bound), values)
+
+
+def verdict(difference: np.ndarray, margin: float | None, alpha: float = ALPHA) -> str:
+    """The claim's verdict from the bootstrap replicates (B,) of d = higher − lower (module docstring).
+
+    Args:
+        difference: (B,) replicates of the difference, in the metric's stored units.
+        margin: None for an order claim; the equivalence margin (> 0) for an equivalence claim.
+        alpha: one-sided level of each test.
+
+    >>> verdict(np.array([0.01, 0.02, 0.03]), None), verdict(np.array([-0.01, 0.02, 0.03]), None)
+    ('supported', 'inconclusive')
+    >>> verdict(np.array([-0.004, 0.0, 0.004]), 0.005), verdict(np.array([0.02, 0.03]), 0.005)
+    ('supported', 'contradicted')
+    """
+    if margin is None:
+        if _share_at_most(difference, 0.0) < alpha:
+            return SUPPORTED
+        if _share_at_least(difference, 0.0) < alpha:
+            return CONTRADICTED
+        return INCONCLUSIVE
+    if _share_at_most(difference, -margin) < alpha and _share_at_least(difference, margin) < alpha:
+        return SUPPORTED
+    if _share_at_most(difference, margin) < alpha or _share_at_least(difference, -margin) < alpha:
+        return CONTRADICTED
+    return INCONCLUSIVE
+
+
+def evaluate_claim(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str, int], RunDir],
+                   samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
+    """The bootstrap numbers of one claim: per side mean and 95 % interval, the difference with its
+    90 % interval, P(d ≤ 0), the number of resampled queries (0: per-run values) and the verdict."""
+    values = _side_values(claim, results, runs)
+    num_seeds, num_queries, _ = values.shape
+    replicates = bootstrap_means(values, samples, BOOTSTRAP_SEED)  # (B, n): one draw for both sides
+    if claim.lower is None:
+        replicates = np.concatenate([replicates, np.full((samples, 1), claim.lower_value)], axis=1)
+    means = [float(values[:, :, j].mean()) for j in range(values.shape[2])] + (
+        [float(claim.lower_value)] if claim.lower is None else [])
+    low, high = percentile_interval(replicates)
+    difference = replicates[:, 0] - replicates[:, 1]
+    d_low, d_high = percentile_interval(difference[:, None], DIFFERENCE_CONFIDENCE)
+    no_spread = num_seeds == 1 and num_queries == 1
+    nan = math.nan
+    return {
+        "queries": num_queries if _per_query(claim) else 0,
+        "higher_mean": means[0], "higher_ci_low": nan if no_spread else float(low[0]),
+        "higher_ci_high": nan if no_spread else float(high[0]),
+        "lower_mean": means[1], "lower_ci_low": nan if no_spread or claim.lower is None else float(low[1]),
+        "lower_ci_high": nan if no_spread or claim.lower is None else float(high[1]),
+        "difference": means[0] - means[1], "difference_low": nan if no_spread else float(d_low[0]),
+        "difference_high": nan if no_spread else float(d_high[0]),
+        "p_not_higher": nan if no_spread else _share_at_most(difference, 0.0),
+        "verdict": INCONCLUSIVE if no_spread else verdict(difference, claim.margin),
+    }
+
+
+def evaluate_claims(claims: Sequence[Claim], results: pd.DataFrame, runs: Sequence[RunDir],
+                    dead: Mapping[str, bool], samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
     """One row per claim (:data:`CLAIM_COLUMNS`) from the long results of their runs.
 
     Args:
         claims: the claims.
         results: long results (:func:`~dmlbench.report.collect.collect_runs`) of their runs.
+        runs: their run directories (``per_query.npz`` is read for per-query keys).
         dead: method → whether a run of it failed a mechanism-health check.
-
-    >>> frame = pd.DataFrame({"dataset": "s", "method": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1],
-    ...                       "metric": "R@1", "value": [0.50, 0.52, 0.40, 0.44]})
-    >>> row = evaluate_claims([Claim("x", "P", "a > b", "", "R@1", "a", "b", (0, 1))], frame, {}).iloc[0]
-    >>> round(float(row.difference), 3), bool(row.holds), bool(row.within_noise)
-    (0.09, True, False)
+        samples: bootstrap replicates.
     """
+    by_key = {(run.method, run.seed): run for run in runs}
     rows = []
     for claim in claims:
-        high = _side(results, claim.higher, claim.metric, claim.seeds)
-        low = _side(results, claim.lower, claim.metric, claim.seeds)
-        difference = float(high.mean() - low.mean())
-        noise = max(float(high.std(ddof=1)), float(low.std(ddof=1))) if len(claim.seeds) > 1 else math.nan
-        rows.append([claim.id, claim.paper, claim.claim, claim.reported, claim.metric, claim.higher, claim.lower,
-                     len(claim.seeds), float(high.mean()), float(high.std(ddof=1)), float(low.mean()),
-                     float(low.std(ddof=1)), difference, difference > 0, abs(difference) <= noise,
-                     dead.get(claim.higher, False), dead.get(claim.lower, False)])
+        numbers = evaluate_claim(claim, results, by_key, samples)
+        rows.append({
+            "id": claim.id, "paper": claim.paper, "claim": claim.claim, "reported": claim.reported,
+            "kind": "≈" if claim.margin is not None else ">",
+            "margin": math.nan if claim.margin is None else claim.margin, "higher": claim.higher,
+            "higher_metric": claim.metric, "lower": claim.lower or "", "lower_metric": claim.lower_metric,
+            "lower_value": math.nan if claim.lower_value is None else claim.lower_value,
+            "seeds": len(claim.seeds), **numbers, "higher_dead": dead.get(claim.higher, False),
+            "lower_dead": claim.lower is not None and dead.get(claim.lower, False),
+        })
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
-def _ours(mean: float, std: float, metric: str, is_dead: bool) -> str:
-    display = metric_format(metric)
-    text = display.text(mean) if math.isnan(std) else f"{display.text(mean)} ± {display.text(std)}"
-    return text + (" †" if is_dead else "")
+def _side_text(row: Any, side: str) -> str:
+    """``mean ± half-width`` of one side (the number alone without an interval), † when dead."""
+    display = metric_format(row.higher_metric if side == "higher" else row.lower_metric)
+    mean, low, high = (getattr(row, f"{side}_{name}") for name in ("mean", "ci_low", "ci_high"))
+    text = display.text(mean) if math.isnan(low) else f"{display.text(mean)} ± {display.text((high - low) / 2)}"
+    return text + (" †" if getattr(row, f"{side}_dead") else "")
 
 
-def _verdict(row: pd.Series) -> str:
-    verdict = "yes" if row.holds else "no"
+def _difference_text(row: Any) -> str:
+    display = metric_format(row.higher_metric)
+    text = display.text(row.difference)
+    if not math.isnan(row.difference_low):
+        text += f" [{display.text(row.difference_low)}, {display.text(row.difference_high)}]"
+    if row.kind == "≈":
+        text += f" (±{display.text(row.margin)})"
+    return text
+
+
+def _verdict_text(row: Any) -> str:
     if row.seeds == 1:
-        return f"{verdict} (1 seed)"
-    return f"{verdict} (within noise)" if row.within_noise else verdict
+        return f"{row.verdict} (1 seed{', queries only' if row.queries else ''})"
+    return row.verdict
 
 
 def _plain_rows(table: pd.DataFrame) -> list[list[str]]:
-    return [[row.paper, row.claim, row.reported or "—",
-             _ours(row.higher_mean, row.higher_std, row.metric, row.higher_dead),
-             _ours(row.lower_mean, row.lower_std, row.metric, row.lower_dead),
-             metric_format(row.metric).text(row.difference), _verdict(row)]
+    return [[row.paper, row.claim, row.reported or "—", _side_text(row, "higher"), _side_text(row, "lower"),
+             _difference_text(row), _verdict_text(row)]
             for row in table.itertuples()]
 
 
-HEADER = ["Paper", "Claim", "Paper's numbers", "Ours: higher side", "Ours: lower side", "Difference", "Holds"]
-NOTE = ("Ours: mean ± sample std over the seeds, in percent for evaluation metrics. Holds: the sign of the "
-        "mean difference (higher − lower side); '(within noise)' when its size is at most the larger std. "
-        "†: a run of that side failed its mechanism-health check (docs/methods).")
+#: Symbols of the claims and the note → LaTeX (beside :func:`~.latex.latex_from_plain`'s).
+_SYMBOLS_LATEX = {"≈": "$\\approx$", "≤": "$\\leq$", "≥": "$\\geq$", "×": "$\\times$"}
+
+HEADER = ["Paper", "Claim", "Paper's numbers", "Ours: higher side", "Ours: lower side", "Difference [90 % CI]",
+          "Verdict"]
+NOTE = (f"Ours: mean ± half-width of the 95 % interval of the paired seed × test-query bootstrap "
+        f"({BOOTSTRAP_SAMPLES} replicates, RNG seed {BOOTSTRAP_SEED}; keys without per-query values: seeds "
+        f"only), in percent for evaluation metrics; a lower side without an interval is a fixed reference. "
+        f"Difference: higher − lower side with its 90 % interval (same draws for both sides). Verdict: an order "
+        f"(>) is supported when fewer than {ALPHA} of the replicates have difference ≤ 0, contradicted when "
+        f"fewer than {ALPHA} have ≥ 0; an equivalence (≈, ±margin in parentheses) is supported when the 90 % "
+        f"interval lies inside ±margin, contradicted when it lies outside; otherwise inconclusive (always so "
+        f"with 1 seed and no per-query values). †: a run of that side failed its mechanism-health check "
+        f"(docs/methods).")
 
 
 def render_markdown(table: pd.DataFrame, dataset_label: str) -> str:
@@ -181,15 +354,24 @@ def render_markdown(table: pd.DataFrame, dataset_label: str) -> str:
 def render_latex(table: pd.DataFrame, dataset_label: str) -> str:
     """The claims as one booktabs ``table*`` (long text cells wrap)."""
     def tex(cell: str) -> str:
-        return escape_latex(cell).replace("±", "$\\pm$").replace("−", "$-$").replace(" †", DEAD_MARK)
+        dead = cell.endswith(" †")
+        text = latex_from_plain(cell.removesuffix(" †"))
+        for plain, latex in _SYMBOLS_LATEX.items():
+            text = text.replace(plain, latex)
+        return text + (DEAD_MARK if dead else "")
 
     body = [" & ".join(tex(cell) for cell in row) + " \\\\" for row in _plain_rows(table)]
     caption = f"Claims of the papers, re-measured on {escape_latex(dataset_label)}. {tex(NOTE)}"
     return "\n".join([
         "\\begin{table*}[tbp]", "\\centering", "\\small", f"\\caption{{{caption}}}", "\\label{tab:claims}",
-        "\\begin{tabular}{lp{4.2cm}p{3.6cm}cccl}", "\\toprule", " & ".join(HEADER) + " \\\\", "\\midrule",
-        *body, "\\bottomrule", "\\end{tabular}", "\\end{table*}", "",
+        "\\begin{tabular}{lp{4.2cm}p{3.6cm}cccl}", "\\toprule", " & ".join(tex(h) for h in HEADER) + " \\\\",
+        "\\midrule", *body, "\\bottomrule", "\\end{tabular}", "\\end{table*}", "",
     ])
+
+
+def claim_methods(config: Mapping[str, Any]) -> list[str]:
+    """The methods whose runs the claims read, sorted."""
+    return sorted({method for claim in claims_of(config)[1] for method, _ in claim.sides})
 
 
 def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
@@ -202,9 +384,10 @@ def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
     dataset, claims = claims_of(config)
     if not claims:
         raise ConfigError("claims: params define no 'claims' section; nothing to report")
-    results = collect_runs(claim_runs(config, runs_dir))
+    runs = claim_runs(config, runs_dir)
+    results = collect_runs(runs)
     failing = dead_cells(results, {(dataset, m): c for m, c in checks.items()})
-    table = evaluate_claims(claims, results, {method: True for _, method in failing})
+    table = evaluate_claims(claims, results, runs, {method: True for _, method in failing})
     label = config["datasets"][dataset].get("label", dataset)
     write_text_atomic(out_dir / "claims.csv", table.to_csv(index=False, lineterminator="\n"))
     markdown = render_markdown(table, label)
