@@ -11,6 +11,7 @@ from PIL import Image
 from dmlbench.data import cub200
 from dmlbench.data.images import parse_bbox
 from dmlbench.data.manifest import ManifestError, read_manifest
+from dmlbench.data.registry import OWNER_MARKER, prepare_dataset
 
 
 @pytest.fixture
@@ -50,11 +51,11 @@ def test_cropped_variant_materialises_crops_of_bbox_size(fake, tmp_path):
 
 def test_cropped_rerun_replaces_previous_crops(fake, tmp_path):
     out = tmp_path / "out"
-    cub200.prepare(fake.config("cub200", cropped=True), out)
+    prepare_dataset(fake.config("cub200", cropped=True), out)
     (out / "images" / "stale.jpg").write_bytes(b"x")
-    cub200.prepare(fake.config("cub200", cropped=True), out)
+    prepare_dataset(fake.config("cub200", cropped=True), out)
     assert not (out / "images" / "stale.jpg").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["images", "manifest.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [OWNER_MARKER, "images", "manifest.csv"]
 
 
 def test_image_without_label_names_the_file(fake, tmp_path):

@@ -58,12 +58,13 @@ def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path: Path) 
 
 def test_rerun_removes_stale_files_and_reproduces_bytes(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    prepare({**TINY, "num_classes": 10, "images_per_class": 4}, out)
+    prepare_dataset({"kind": "synthetic", **TINY, "num_classes": 10, "images_per_class": 4}, out)
     (out / "images" / "stray.txt").write_text("stale")
-    (out / ".images.tmp999").mkdir()  # as left by an interrupted run
-    prepare(TINY, out)
-    prepare(TINY, tmp_path / "fresh")
+    (tmp_path / ".out.build-host-999abc").mkdir()  # as left by an interrupted run
+    prepare_dataset({"kind": "synthetic", **TINY}, out)
+    prepare_dataset({"kind": "synthetic", **TINY}, tmp_path / "fresh")
     assert _digests(out) == _digests(tmp_path / "fresh")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".fresh.lock", ".out.lock", "fresh", "out"]
 
 
 def test_manifest_counts_splits_and_images(tmp_path: Path) -> None:

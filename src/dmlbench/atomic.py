@@ -3,23 +3,28 @@
 A reader (or an interrupted workflow) therefore sees either the old file or the
 complete new one, never a half-written manifest, checkpoint, table or PNG. Work
 that several jobs may start at once (extracting an archive, building an image
-store, taking a GPU slot) runs under :func:`exclusive_lock`.
+store, taking a GPU slot) runs under :func:`exclusive_lock`. A whole folder (a
+prepared dataset) is built beside its place and swapped in by :func:`atomic_folder`;
+the files of one report are written in full first and renamed together at the end
+(:func:`atomic_outputs`).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.paths import distinct_outputs
 
 #: An orphan temporary file of another machine (a shared file system) is removed after this long.
 FOREIGN_ORPHAN_SECONDS = 24 * 3600
@@ -138,6 +143,21 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+@contextmanager
+def atomic_outputs(paths: Mapping[str, str | os.PathLike[str]]) -> Iterator[dict[str, Path]]:
+    """:func:`atomic_output` for a group of files that belong together (a table's ``.tex``, ``.csv``, ``.md``,
+    ``.html`` and its plots): yield ``{name: temporary path}``; when the block succeeds, every temporary file
+    replaces its output, one rename after another at the very end, so a run killed while writing leaves all
+    the old files; on error every temporary file is removed.
+
+    Raises:
+        dmlbench.paths.SameFileError: two of ``paths`` are one file (one would replace the other).
+    """
+    distinct_outputs(paths)
+    with ExitStack() as stack:
+        yield {name: stack.enter_context(atomic_output(path)) for name, path in paths.items()}
+
+
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically; returns the path."""
     with atomic_output(path) as tmp:
@@ -156,3 +176,52 @@ def write_npz_atomic(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path
     with atomic_output(path) as tmp:
         np.savez(tmp, **arrays)
     return Path(path)
+
+
+#: Beside a folder ``NAME`` that :func:`atomic_folder` builds: its lock file, the folder being built, the old one.
+FOLDER_LOCK, FOLDER_BUILD, FOLDER_OLD = ".{name}.lock", ".{name}.build-", ".{name}.old-"
+
+
+def _recover_folder(path: Path) -> None:
+    """Clean up after a builder of ``path`` that was killed (the caller holds its lock): its half-built
+    folder is removed; an old folder it had moved aside is put back when ``path`` is missing (killed between
+    the two renames of the swap), else removed."""
+    for build in path.parent.glob(FOLDER_BUILD.format(name=path.name) + "*"):
+        shutil.rmtree(build)
+    for old in sorted(path.parent.glob(FOLDER_OLD.format(name=path.name) + "*")):
+        if path.exists():
+            shutil.rmtree(old)
+        else:
+            os.replace(old, path)
+
+
+@contextmanager
+def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a new empty folder beside ``path`` to build it in; on success it replaces ``path``, on error it is
+    removed and ``path`` is left as it was.
+
+    The whole build runs under :func:`exclusive_lock` of ``.<name>.lock`` beside the folder, so a second
+    builder of the same folder waits for the first instead of deleting its work. The swap is the last step:
+    the old folder is renamed aside, the new one renamed into place, and only then the old one deleted. A
+    builder killed at any point leaves ``path`` old or new, never mixed; what it left beside it is cleaned
+    up by the next builder (:func:`_recover_folder`). A symbolic link at ``path`` is followed: the folder it
+    points to is the one replaced, so a dataset kept on another disk stays there.
+    """
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{path}: is a file, not a folder; move it away or choose another output folder")
+    lock = path.parent / FOLDER_LOCK.format(name=path.name)
+    check_output_path(lock)
+    with exclusive_lock(lock):
+        _recover_folder(path)
+        build = Path(tempfile.mkdtemp(dir=path.parent, prefix=FOLDER_BUILD.format(name=path.name) + _owner_tag()))
+        try:
+            yield build
+            os.chmod(build, 0o755)
+            old = path.parent / (FOLDER_OLD.format(name=path.name) + _owner_tag())
+            if path.exists():
+                os.replace(path, old)
+            os.replace(build, path)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(build, ignore_errors=True)

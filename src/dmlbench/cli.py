@@ -16,11 +16,15 @@
 
 Parameters come from ``--config`` files (default ``params.yaml``; more files are
 overlays merged on top, like Snakemake's ``--configfile``).
+
+Any error ends a command with one line on stderr and exit status 2 (Ctrl-C: one line and 130);
+``DMLBENCH_TRACEBACK=1`` lets the exception through with its traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,6 +40,14 @@ PREPARED_DIR = Path("data/prepared")
 RUNS_DIR = Path("results/runs")
 PLOTS_DIR = Path("results/plots")
 SCRATCH_DIR = Path(".scratch")
+#: environment variable: ``1`` lets an error through with its traceback (for debugging) instead of one line.
+TRACEBACK_ENV = "DMLBENCH_TRACEBACK"
+#: exit status of a command that stopped on an error.
+EXIT_ERROR = 2
+#: exit status of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+#: the arguments that name a command's input files, for a missing key's message (:func:`error_line`).
+INPUT_ARGUMENTS = ("config", "run_dir", "manifest", "prepared", "embeddings", "members")
 
 
 def manifest_path(dataset: str) -> Path:
@@ -401,20 +413,53 @@ def _check_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None
                      f"commands: {', '.join(commands)}")
 
 
+def _input_files(args: argparse.Namespace | None) -> list[str]:
+    """The files named by a command's :data:`INPUT_ARGUMENTS` (each may be one path or a list of paths)."""
+    values = [getattr(args, name, None) for name in INPUT_ARGUMENTS]
+    return [str(path) for value in values if value is not None
+            for path in (value if isinstance(value, list) else [value])] or ["none given"]
+
+
+def error_line(err: Exception, args: argparse.Namespace | None) -> str:
+    """The one line that reports ``err`` to the user.
+
+    The project's errors, ``ValueError`` and ``OSError`` say what is wrong themselves. A ``KeyError`` names
+    only the key, so the line names the files the command read. Any other type is unexpected: the line
+    says how to see its traceback.
+    """
+    if isinstance(err, KeyError):
+        key = err.args[0] if err.args else None
+        return (f"missing entry {key!r} in one of this command's inputs ({', '.join(_input_files(args))}): a file "
+                f"written by an older or another program? re-create it with the dmlbench command that writes it "
+                f"(or add the entry to the params)")
+    if isinstance(err, DmlbenchError | ValueError | OSError):
+        return str(err)
+    what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    return (f"{what} (unexpected; if the inputs look right, rerun with {TRACEBACK_ENV}=1 "
+            f"and report the traceback)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    argv = sys.argv[1:] if argv is None else list(argv)
-    _check_command(parser, argv)
-    args = parser.parse_args(argv)
-    if getattr(args, "config", "absent") is None:
-        args.config = ["params.yaml"]
-    _set_threads(getattr(args, "threads", None))
+    """Run one command; return its exit status (0, :data:`EXIT_ERROR`, :data:`EXIT_INTERRUPTED`)."""
+    args: argparse.Namespace | None = None
     try:
+        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        _check_command(parser, argv)
+        args = parser.parse_args(argv)
+        if getattr(args, "config", "absent") is None:
+            args.config = ["params.yaml"]
+        _set_threads(getattr(args, "threads", None))
         args.func(args)
-    except (DmlbenchError, KeyError, ValueError, FileNotFoundError, OSError) as err:
-        message = err.args[0] if isinstance(err, KeyError) and err.args else err
-        print(f"dmlbench {args.command}: error: {message}", file=sys.stderr)
-        return 2
+    except (KeyboardInterrupt, Exception) as err:
+        if os.environ.get(TRACEBACK_ENV) == "1":
+            raise
+        prefix = f"dmlbench {args.command}" if args else "dmlbench"
+        if isinstance(err, KeyboardInterrupt):
+            print(f"{prefix}: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        print(f"{prefix}: error: {error_line(err, args)}", file=sys.stderr)
+        return EXIT_ERROR
     return 0
 
 

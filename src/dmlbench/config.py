@@ -52,6 +52,12 @@ EXPERIMENTS_KEY = "experiments"
 EXPERIMENT_SECTIONS = ("methods", "tables", "figures")
 #: stands for a key that one of two compared mappings does not have (:func:`differing_keys`).
 _ABSENT = object()
+#: deepest nesting of mappings and lists a parameter file may have, aliases expanded (the project's files
+#: need 8); it keeps every later walk of the parameters far from Python's recursion limit.
+YAML_MAX_DEPTH = 32
+#: most values (mappings, lists and scalars) a parameter file may hold, each alias counted as a copy of
+#: what it names (the project's largest file holds 1,600): an alias bomb stops here, not in a walk.
+YAML_MAX_NODES = 200_000
 
 
 class ConfigError(DmlbenchError, ValueError):
@@ -73,8 +79,51 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return merged
 
 
+class YamlLimitError(yaml.YAMLError):
+    """A parameter file nests deeper than :data:`YAML_MAX_DEPTH` or expands to more than :data:`YAML_MAX_NODES`
+    values, or an alias names a mapping or list that contains it."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the last silently)."""
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the last silently) and
+    bounds the work a file can ask for: while composing, each node's expanded size and depth are computed
+    once, from its children's (an alias adds the size of what it names without walking it again), so a
+    file beyond :data:`YAML_MAX_DEPTH` or :data:`YAML_MAX_NODES` stops with a :class:`YamlLimitError`
+    before anything walks the parsed tree. Anchors and aliases within the limits load as before."""
+
+    def __init__(self, stream: Any):
+        super().__init__(stream)
+        self._nesting = 0
+        self._expanded: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth) with aliases expanded
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) and event.anchor in self.anchors \
+                and id(self.anchors[event.anchor]) not in self._expanded:
+            raise YamlLimitError(f"alias *{event.anchor} (line {event.start_mark.line + 1}) names a mapping or "
+                                 f"list that contains it, which would be infinite: write the values out")
+        if self._nesting >= YAML_MAX_DEPTH:
+            raise YamlLimitError(f"nested deeper than {YAML_MAX_DEPTH} levels at line {event.start_mark.line + 1}: "
+                                 f"flatten it (parameters need a few levels)")
+        self._nesting += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._nesting -= 1
+        if id(node) not in self._expanded:  # not an alias: its children are all counted already
+            children = (node.value if isinstance(node, yaml.SequenceNode) else
+                        [child for pair in node.value for child in pair] if isinstance(node, yaml.MappingNode)
+                        else [])
+            counts = [self._expanded[id(child)] for child in children]
+            values = 1 + sum(count for count, _ in counts)
+            depth = 1 + max((deep for _, deep in counts), default=0)
+            if values > YAML_MAX_NODES or depth > YAML_MAX_DEPTH:
+                raise YamlLimitError(f"the value ending on line {node.end_mark.line + 1} expands (aliases copied) "
+                                     f"to {values:,} values nested {depth} deep, beyond the limits of "
+                                     f"{YAML_MAX_NODES:,} values and {YAML_MAX_DEPTH} levels: write it with fewer "
+                                     f"aliases (or split it)")
+            self._expanded[id(node)] = (values, depth)
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -89,7 +138,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read one YAML mapping; errors name the file (and the line of a syntax error or repeated key)."""
+    """Read one YAML mapping; errors name the file (and the line of a syntax error, a repeated key, or
+    nesting or aliases beyond the limits of :class:`_UniqueKeyLoader`)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: parameter file not found")
@@ -98,6 +148,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             data = yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8") from err
+    except YamlLimitError as err:
+        raise ConfigError(f"{path}: {err}") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML ({err})") from err
     if not isinstance(data, Mapping):

@@ -26,9 +26,7 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,8 +400,9 @@ def write_dataset(
     file it came from), that every image exists, optionally that every image
     header opens or decodes; then the crops, ``tables`` and the manifest. All
     problems of one kind are reported in a single error, naming the list rows
-    (:attr:`Record.source`) at fault. When a check fails nothing is written,
-    and an ``out_dir`` that did not exist before is not left behind.
+    (:attr:`Record.source`) at fault. When a check fails nothing is written.
+    ``out_dir`` is a new folder: :func:`dmlbench.data.registry.prepare_dataset` builds the dataset
+    beside its place and swaps it in when complete (a failed prepare leaves the old one).
 
     Args:
         expected: ``{split: (n_images, n_classes)}`` to assert.
@@ -441,27 +440,14 @@ def write_dataset(
         _raise_for_images(unreadable_images(frame["path"]), f"{info.title} (verify_images)", records)
     validate(frame, source=f"{info.title} ({', '.join(sorted(set(sources.values())))})")
 
-    with _removed_on_failure(out_dir):
-        if crop_base is not None:
-            frame["path"] = _materialise_crops(records, crop_base, out_dir, info)
-        elif any(r.bbox is not None for r in records):
-            frame["bbox"] = [format_bbox(r.bbox) if r.bbox is not None else "" for r in records]
-        for name, table in (tables or {}).items():
-            with atomic_output(out_dir / name) as tmp:
-                table.to_csv(tmp, index=False, lineterminator="\n")
-        return write_manifest(frame, out_dir / "manifest.csv")
-
-
-@contextmanager
-def _removed_on_failure(out_dir: Path) -> Iterator[None]:
-    """Remove ``out_dir`` when the block raises and the folder did not exist before it."""
-    existed = out_dir.exists()
-    try:
-        yield
-    except BaseException:
-        if not existed:
-            shutil.rmtree(out_dir, ignore_errors=True)
-        raise
+    if crop_base is not None:
+        frame["path"] = _materialise_crops(records, crop_base, out_dir, info)
+    elif any(r.bbox is not None for r in records):
+        frame["bbox"] = [format_bbox(r.bbox) if r.bbox is not None else "" for r in records]
+    for name, table in (tables or {}).items():
+        with atomic_output(out_dir / name) as tmp:
+            table.to_csv(tmp, index=False, lineterminator="\n")
+    return write_manifest(frame, out_dir / "manifest.csv")
 
 
 def _where(record: Record) -> str:
@@ -512,32 +498,23 @@ def _raise_for_images(failures: list[tuple[str, str]], what: str, records: list[
 
 
 def _materialise_crops(records: list[Record], crop_base: Path, out_dir: Path, info: DatasetInfo) -> list[str]:
-    """Write every bbox crop under a temporary folder, then rename it to ``out_dir/images``.
+    """Write every bbox crop under ``out_dir/images`` (``out_dir`` is the new folder that
+    :func:`dmlbench.data.registry.prepare_dataset` swaps in when complete).
 
     Returns:
         Manifest paths of the crops, relative to ``out_dir``.
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / "images"
-    tmp, old = out_dir / f".images.tmp{os.getpid()}", out_dir / f".images.old{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    images = out_dir / "images"
     paths, failures = [], []
-    try:
-        for record in records:
-            if record.bbox is None:
-                raise ManifestError(f"{info.title}: {record.path} has no bounding box to crop to")
-            rel = record.path.relative_to(crop_base)
-            dest = contained(tmp, rel)  # a listed `../` path must not write outside the crops' folder
-            try:
-                save_crop(record.path, record.bbox, dest)
-            except IMAGE_ERRORS as err:
-                failures.append((str(record.path), f"{type(err).__name__}: {err}"))
-            paths.append(str(Path("images") / rel))
-        raise_for_failures(failures, f"{info.title} (cropping)")
-        if final.exists():
-            os.replace(final, old)
-        os.replace(tmp, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+    for record in records:
+        if record.bbox is None:
+            raise ManifestError(f"{info.title}: {record.path} has no bounding box to crop to")
+        rel = record.path.relative_to(crop_base)
+        dest = contained(images, rel)  # a listed `../` path must not write outside the crops' folder
+        try:
+            save_crop(record.path, record.bbox, dest)
+        except IMAGE_ERRORS as err:
+            failures.append((str(record.path), f"{type(err).__name__}: {err}"))
+        paths.append(str(Path("images") / rel))
+    raise_for_failures(failures, f"{info.title} (cropping)")
     return paths

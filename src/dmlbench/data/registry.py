@@ -7,7 +7,10 @@ manifest path. Modules are imported on first use so that preparing one
 dataset never imports the parsers of the others.
 
 ``prepare`` never deletes or overwrites what it does not own (:func:`check_out_dir`): it refuses an
-output folder inside the dataset's own files, and a non-empty one without its marker file.
+output folder inside the dataset's own files, and a non-empty one without its marker file. A dataset is
+atomic (:func:`dmlbench.atomic.atomic_folder`): the preparer writes into a new folder beside ``out_dir``,
+under a lock on it, and that folder replaces ``out_dir`` as the last step, so an interrupted or failed
+prepare leaves the old dataset whole, and two prepares of one folder run one after the other.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dmlbench.atomic import atomic_folder
 from dmlbench.errors import DmlbenchError
 
 PREPARER_MODULES: dict[str, str] = {
@@ -59,7 +63,12 @@ def check_out_dir(out_dir: Path, source: Path | None) -> None:
 
 def prepare_dataset(config: Mapping[str, Any], out_dir: str | Path) -> Path:
     """Prepare the dataset described by ``config`` (its ``kind`` picks the preparer) into ``out_dir``,
-    after :func:`check_out_dir`; a finished ``out_dir`` gets :data:`OWNER_MARKER`."""
+    after :func:`check_out_dir`; the preparer writes into a new folder that replaces ``out_dir`` when it is
+    complete (:func:`dmlbench.atomic.atomic_folder`), with :data:`OWNER_MARKER`.
+
+    Returns:
+        The manifest's path under ``out_dir``.
+    """
     kind = config.get("kind")
     if kind not in PREPARER_MODULES:
         raise KeyError(
@@ -71,6 +80,7 @@ def prepare_dataset(config: Mapping[str, Any], out_dir: str | Path) -> Path:
 
     # a generated dataset (synthetic) has no INFO and no source folder
     check_out_dir(out_dir, source_folder(config, module.INFO) if hasattr(module, "INFO") else None)
-    manifest = module.prepare(config, out_dir)
-    (out_dir / OWNER_MARKER).touch()
-    return manifest
+    with atomic_folder(out_dir) as build:
+        manifest = module.prepare(config, build)
+        (build / OWNER_MARKER).touch()
+    return out_dir / manifest.relative_to(build)

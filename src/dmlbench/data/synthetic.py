@@ -78,8 +78,6 @@ any Pillow/zlib build.
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -131,7 +129,6 @@ PRETRAIN_MANIFEST_FILE = "pretrain.csv"
 PRETRAIN_SPLIT = "pretrain"
 #: Every this-many-th pretraining family (the last of each run of this many) is held out as ``test``.
 PRETRAIN_TEST_EVERY = 5
-_TMP_PREFIX = ".images.tmp"
 # Independent random streams derived from the seed: np.random.default_rng([seed, stream, ...]).
 _CLASS_STREAM = 0
 _IMAGE_STREAM = 1
@@ -407,34 +404,22 @@ def _write_csv_atomic(frame: pd.DataFrame, path: Path) -> None:
 
 
 def prepare(config: Mapping[str, Any], out_dir: Path) -> Path:
-    """Generate the dataset into ``out_dir`` and return the path of its manifest.
+    """Generate the dataset into ``out_dir`` and return the path of its manifest; a rerun gives
+    byte-identical files.
 
-    The old manifest is removed first and the new one written last, images
-    are rendered into a temporary folder that replaces ``images/`` only when
-    complete, so an interrupted run never leaves a manifest pointing at
-    missing images. Files of an earlier run (other configuration, leftover
-    temporary folders) are removed; a rerun gives byte-identical files.
+    ``out_dir`` is a new folder: :func:`dmlbench.data.registry.prepare_dataset` builds the dataset
+    beside its place and swaps it in when complete, so an interrupted run leaves the old dataset whole
+    and files of an earlier run (another configuration) do not survive.
     """
     cfg = parse_config(config)
     classes = build_class_table(cfg)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    manifest_path = out_dir / MANIFEST_FILE
-    manifest_path.unlink(missing_ok=True)
-    (out_dir / PRETRAIN_MANIFEST_FILE).unlink(missing_ok=True)
-    for stale in out_dir.glob(f"{_TMP_PREFIX}*"):
-        shutil.rmtree(stale)
-    tmp = out_dir / f"{_TMP_PREFIX}{os.getpid()}"
-    manifest = _write_images(classes, cfg, tmp)
-    images = out_dir / IMAGES_DIR
-    if images.exists():
-        shutil.rmtree(images)
-    os.replace(tmp, images)
+    manifest = _write_images(classes, cfg, out_dir / IMAGES_DIR)
     _write_csv_atomic(classes, out_dir / CLASSES_FILE)
     pretraining = manifest["split"] == PRETRAIN_SPLIT
     if pretraining.any():
         write_manifest(pretrain_splits(manifest[pretraining], classes), out_dir / PRETRAIN_MANIFEST_FILE)
-    return write_manifest(manifest[~pretraining], manifest_path)
+    return write_manifest(manifest[~pretraining], out_dir / MANIFEST_FILE)
 
 
 def pretrain_splits(rows: pd.DataFrame, classes: pd.DataFrame) -> pd.DataFrame:

@@ -23,6 +23,7 @@ import numpy as np
 from dmlbench.atomic import write_npz_atomic
 from dmlbench.evaluation.evaluate import l2_normalise
 from dmlbench.evaluation.files import load_embeddings_npz
+from dmlbench.paths import distinct_outputs
 
 #: stats that add up over the members (the ensemble runs every member at test time).
 ADDITIVE_STATS = ("num_parameters", "gflops")
@@ -98,8 +99,13 @@ def concatenate_members(members: Sequence[Mapping[str, np.ndarray]],
 
 
 def ensemble_files(member_paths: Sequence[str | Path], out_path: str | Path) -> Path:
-    """Read the members' ``.npz`` files, write the ensemble's (atomically); returns ``out_path``."""
+    """Read the members' ``.npz`` files, write the ensemble's (atomically); returns ``out_path``.
+
+    Raises:
+        SameFileError: ``out_path`` is one of the members.
+    """
     out_path = Path(out_path)
+    distinct_outputs({"--out": out_path}, inputs={f"MEMBER{i}": p for i, p in enumerate(member_paths)})
     members = [load_embeddings_npz(p) for p in member_paths]
     write_npz_atomic(out_path, **concatenate_members(members, names=[str(p) for p in member_paths]))
     return out_path

@@ -13,6 +13,7 @@ from dmlbench.atomic import write_npz_atomic, write_text_atomic
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.evaluation.evaluate import evaluate_views
+from dmlbench.paths import distinct_outputs
 
 REQUIRED_KEYS = ("embeddings", "labels")
 OPTIONAL_KEYS = ("split", "learner_slices", "view_names", "view_slices", "stat_names", "stat_values")
@@ -100,7 +101,10 @@ def evaluate_file(
 
     Raises:
         ValueError, TypeError: the file or its arrays are malformed; the message starts with the file name.
+        SameFileError: ``out_json``, ``per_query_path`` and ``npz_path`` are not three files.
     """
+    outputs = {"--out": out_json} if per_query_path is None else {"--out": out_json, "--per-query": per_query_path}
+    distinct_outputs(outputs, inputs={"EMBEDDINGS": npz_path})
     arrays = load_embeddings_npz(npz_path)
     try:
         evaluation = evaluate_views(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size, **arrays)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from dmlbench.atomic import write_text_atomic
+from dmlbench.atomic import atomic_outputs, write_text_atomic
 from dmlbench.methods.health import HealthCheck
 
 from .caption import Varying, caption_text
@@ -19,7 +19,7 @@ from .html import write_html_page
 from .latex import plain_from_latex, render_comparison_table, write_table
 from .paper_numbers import load_paper_numbers
 from .plots import plot_recall_at_k, plot_training_curves
-from .spec import TableSpec
+from .spec import TABLE_SUFFIXES, TableSpec
 from .summary import render_markdown, summarise, write_cells_csv
 
 
@@ -73,7 +73,9 @@ def build_report(
 
     The table goes to ``table_path`` (LaTeX, with the reference rows), and beside it to the same name
     with ``.csv`` (:data:`~.summary.CELL_COLUMNS`), ``.md`` (Markdown and the caption as plain text) and
-    ``.html`` (that Markdown as a page, for ``snakemake --report``).
+    ``.html`` (that Markdown as a page, for ``snakemake --report``). All six files are written in full
+    first and renamed into place together at the end (:func:`dmlbench.atomic.atomic_outputs`): a report
+    that fails or is killed part-way leaves every old file, never a new ``.tex`` beside an old ``.md``.
 
     Args:
         runs: the run directories of the table (e.g. ``RunDir.from_path`` of each
@@ -99,6 +101,7 @@ def build_report(
     Raises:
         ValueError: runs outside the spec, seeds that contradict the caption, bad settings.
         ReportInputError: a missing or malformed metrics.json / per_query.npz / log.csv (named).
+        SameFileError: two of the outputs are one file (e.g. a plot path equal to the table's).
     """
     runs = list(runs)
     _check_runs(runs, spec, settings["seeds"])
@@ -109,11 +112,13 @@ def build_report(
     logs = load_logs(runs if log_runs is None else log_runs)
     paper_numbers = load_paper_numbers() if references else None
     table_path = Path(table_path)
-    write_table(table_path, render_comparison_table(cells, spec, caption, label, references=paper_numbers))
-    write_cells_csv(table_path.with_suffix(".csv"), cells)
-    markdown = render_markdown(cells, plain_from_latex(caption))
-    write_text_atomic(table_path.with_suffix(".md"), markdown)
-    write_html_page(table_path.with_suffix(".html"), markdown, title=table_path.stem)
-    plot_training_curves(logs, curves_png, spec)
-    plot_recall_at_k(results, spec, recall_png)
+    outputs = {suffix: table_path.with_suffix(suffix) for suffix in TABLE_SUFFIXES}
+    with atomic_outputs({**outputs, "training-curves plot": curves_png, "Recall@K plot": recall_png}) as tmp:
+        write_table(tmp[".tex"], render_comparison_table(cells, spec, caption, label, references=paper_numbers))
+        write_cells_csv(tmp[".csv"], cells)
+        markdown = render_markdown(cells, plain_from_latex(caption))
+        write_text_atomic(tmp[".md"], markdown)
+        write_html_page(tmp[".html"], markdown, title=table_path.stem)
+        plot_training_curves(logs, tmp["training-curves plot"], spec)
+        plot_recall_at_k(results, spec, tmp["Recall@K plot"])
     return Report(cells, dead)

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dmlbench.atomic import write_text_atomic
+from dmlbench.atomic import atomic_outputs, write_text_atomic
 from dmlbench.config import ConfigError, resolve_method, section
 from dmlbench.evaluation.per_query import DECOMPOSABLE
 
@@ -68,6 +68,7 @@ from .significance import (
     percentile_interval,
     worse_p_value,
 )
+from .spec import TABLE_SUFFIXES
 from .summary import _per_query_block
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
@@ -376,7 +377,8 @@ def claim_methods(config: Mapping[str, Any]) -> list[str]:
 
 def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
                  checks: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
-    """Evaluate the claims and write ``claims.{tex,md,html,csv}`` to ``out_dir`` (atomically).
+    """Evaluate the claims and write ``claims.{tex,md,html,csv}`` to ``out_dir``, renamed into place together
+    at the end (:func:`dmlbench.atomic.atomic_outputs`).
 
     Args:
         checks: method → its mechanism-health checks on the claims' dataset.
@@ -389,9 +391,10 @@ def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
     failing = dead_cells(results, {(dataset, m): c for m, c in checks.items()})
     table = evaluate_claims(claims, results, runs, {method: True for _, method in failing})
     label = config["datasets"][dataset].get("label", dataset)
-    write_text_atomic(out_dir / "claims.csv", table.to_csv(index=False, lineterminator="\n"))
-    markdown = render_markdown(table, label)
-    write_text_atomic(out_dir / "claims.md", markdown)
-    write_html_page(out_dir / "claims.html", markdown, title="claims")
-    write_text_atomic(out_dir / "claims.tex", render_latex(table, label))
+    with atomic_outputs({suffix: out_dir / f"claims{suffix}" for suffix in TABLE_SUFFIXES}) as tmp:
+        write_text_atomic(tmp[".csv"], table.to_csv(index=False, lineterminator="\n"))
+        markdown = render_markdown(table, label)
+        write_text_atomic(tmp[".md"], markdown)
+        write_html_page(tmp[".html"], markdown, title="claims")
+        write_text_atomic(tmp[".tex"], render_latex(table, label))
     return table

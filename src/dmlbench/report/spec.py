@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: The files of one table (a comparison table, the claims table), same name, these suffixes.
+TABLE_SUFFIXES = (".tex", ".csv", ".md", ".html")
+
 
 @dataclass(frozen=True)
 class TableSpec:

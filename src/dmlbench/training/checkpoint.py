@@ -1,4 +1,11 @@
-"""Checkpoint files: atomic writes, safe loads (``weights_only=True``)."""
+"""Checkpoint files: atomic writes, safe loads (``weights_only=True``), and the data they were trained on.
+
+A resume checkpoint and a run's ``checkpoint.pt`` record the manifest the run was trained on
+(:data:`MANIFEST_KEY`, its path) and the SHA-256 of that file's bytes (:data:`MANIFEST_DIGEST_KEY`):
+``prepare`` writes a dataset's manifest byte for byte the same each time, so equal bytes mean the
+same images, labels and splits. Resume and embed refuse another manifest
+(:func:`check_manifest`).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +36,16 @@ class CheckpointError(DmlbenchError, ValueError):
 RUN_CHECKPOINT_KEYS = ("run", "model")
 #: entries of a resume checkpoint (``.scratch/…/last.pt``) checked before it is trusted.
 RESUME_CHECKPOINT_KEYS = ("digest", "epoch")
+#: checkpoint entry: the path of the manifest the run was trained on (as it was given).
+MANIFEST_KEY = "manifest"
+#: checkpoint entry: the SHA-256 (hex) of that manifest file's bytes.
+MANIFEST_DIGEST_KEY = "manifest_sha256"
+#: hex digits of a digest shown in messages.
+SHOWN_DIGEST_CHARS = 12
+
+
+class ManifestMismatchError(CheckpointError):
+    """A checkpoint is used with another dataset's manifest than the one it was trained on."""
 
 
 def load_checkpoint(path: str | os.PathLike[str], remedy: str = "re-create it with `dmlbench train`",
@@ -58,3 +75,44 @@ def load_checkpoint(path: str | os.PathLike[str], remedy: str = "re-create it wi
 def config_digest(run: Mapping[str, Any]) -> str:
     """SHA-256 of the resolved run configuration (key order independent)."""
     return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def manifest_entries(manifest: str | os.PathLike[str]) -> dict[str, str]:
+    """The checkpoint entries that record the manifest a run trains on: its path and its bytes' SHA-256."""
+    return {MANIFEST_KEY: str(manifest), MANIFEST_DIGEST_KEY: file_sha256(manifest)}
+
+
+def check_manifest(checkpoint: Mapping[str, Any], path: str | os.PathLike[str], manifest: str | os.PathLike[str],
+                   retry: str, restart: str) -> None:
+    """Refuse to use ``checkpoint`` (read from ``path``) with data from ``manifest`` unless the checkpoint
+    was trained on a manifest with the same bytes.
+
+    A checkpoint written before manifests were recorded (no :data:`MANIFEST_DIGEST_KEY` entry) passes:
+    there is nothing to compare, and such runs keep embedding as before.
+
+    Args:
+        retry: the command to repeat with the recorded manifest (e.g. ``"embed it"``).
+        restart: the other way out, with ``manifest`` (e.g. ``"train the run again on it"``).
+
+    Raises:
+        ManifestMismatchError: naming both manifests, their digests and both ways out.
+    """
+    recorded = checkpoint.get(MANIFEST_DIGEST_KEY)
+    if recorded is None:
+        return
+    actual = file_sha256(manifest)
+    if actual != recorded:
+        trained_on = checkpoint.get(MANIFEST_KEY, "another manifest")
+        raise ManifestMismatchError(
+            f"{path} was trained on {trained_on} (sha256 {recorded[:SHOWN_DIGEST_CHARS]}…), but {manifest} holds "
+            f"other data (sha256 {actual[:SHOWN_DIGEST_CHARS]}…): {retry} with --manifest {trained_on}, "
+            f"or {restart}")

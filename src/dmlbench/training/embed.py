@@ -12,7 +12,7 @@ from dmlbench.atomic import write_npz_atomic
 from dmlbench.config import ConfigError, training_differences
 from dmlbench.methods import build_recipe
 from dmlbench.placement import claim_device, gpu_index
-from dmlbench.training.checkpoint import CheckpointError, load_checkpoint
+from dmlbench.training.checkpoint import CheckpointError, check_manifest, load_checkpoint
 from dmlbench.training.data import load_run_data
 from dmlbench.training.model_stats import count_parameters, forward_gflops
 from dmlbench.training.seeding import configure_determinism, ran_deterministically
@@ -46,6 +46,10 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     only deterministic kernels: on the CPU, or with ``training.deterministic`` on a GPU),
     ``training_gpu`` (the CUDA device index the run trained on, -1 on the CPU) and the recipe's
     training summary.
+
+    The checkpoint's recorded manifest (:func:`~dmlbench.training.checkpoint.check_manifest`) must have the
+    bytes of ``manifest_path``, else a ManifestMismatchError; a checkpoint written before manifests were
+    recorded has none and embeds with any manifest, as it did then.
     """
     checkpoint = load_checkpoint(checkpoint_path)
     trained = checkpoint["run"]
@@ -64,6 +68,8 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
                               f"configuration changed since it was trained?): {str(err)[:500]}. Train the run "
                               f"again to re-create it") from err
     data = load_run_data(run, manifest_path)
+    check_manifest(checkpoint, checkpoint_path, manifest_path, retry="embed it",
+                   restart=f"train the run again on {manifest_path}")
     with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
         device = resolve_device(name)
         configure_determinism(run["training"]["deterministic"], device)

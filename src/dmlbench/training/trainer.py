@@ -40,7 +40,8 @@ from dmlbench.methods.base import linear_head_model
 from dmlbench.methods.health import INIT_GAP_KEY, INIT_LINEAR_HEAD_VAL_R1_KEY, INIT_VAL_R1_KEY
 from dmlbench.models.heads import LinearEmbedding
 from dmlbench.placement import claim_device
-from dmlbench.training.checkpoint import RESUME_CHECKPOINT_KEYS, atomic_torch_save, config_digest, load_checkpoint
+from dmlbench.training.checkpoint import (RESUME_CHECKPOINT_KEYS, atomic_torch_save, check_manifest, config_digest,
+                                         load_checkpoint, manifest_entries)
 from dmlbench.training.data import RunData, load_run_data
 from dmlbench.training.embedding import compute_embeddings
 from dmlbench.training.kernel_warnings import KernelWarnings
@@ -189,10 +190,13 @@ class Trainer:
         scratch_dir: where the per-epoch resume checkpoint lives (not a workflow output).
         device: torch device.
         progress: show a progress bar with loss and throughput.
+        manifest: the file ``data`` was read from: its path and SHA-256 go into the resume state and
+            ``checkpoint.pt``, and a resume state from another manifest is refused. None (data built in
+            memory): nothing is recorded or checked.
     """
 
     def __init__(self, run: Mapping[str, Any], data: RunData, out_dir: Path, scratch_dir: Path,
-                 device: torch.device, progress: bool = True):
+                 device: torch.device, progress: bool = True, manifest: Path | None = None):
         self.run = dict(run)
         self.training = run["training"]
         self.data = data
@@ -201,6 +205,8 @@ class Trainer:
         self.device = device
         self.progress = progress
         self.digest = config_digest(self.run)
+        self.manifest = manifest
+        self.manifest_entries = manifest_entries(manifest) if manifest is not None else {}
         selection = self.training["selection"]
         if selection == "val" and data.val is None:
             raise ValueError("training.selection is 'val' but training.val_fraction is 0: no validation split")
@@ -232,11 +238,15 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
             "log": self.log, "best_score": self.best_score, "best_epoch": self.best_epoch,
             "best_state": self.best_state, "recipe": self.recipe.state_dict(),
-            "warnings": self.kernel_warnings.seen, "init_parity": self.init_parity,
+            "warnings": self.kernel_warnings.seen, "init_parity": self.init_parity, **self.manifest_entries,
         }
 
     def try_resume(self) -> bool:
-        """Continue from the scratch checkpoint when it belongs to this exact configuration."""
+        """Continue from the scratch checkpoint when it belongs to this exact configuration.
+
+        Raises:
+            ManifestMismatchError: the scratch checkpoint was trained on another manifest's data.
+        """
         if not self.scratch.is_file():
             return False
         state = load_checkpoint(self.scratch, remedy="it is this run's resume checkpoint (a write cut short?): "
@@ -245,6 +255,9 @@ class Trainer:
         if state.get("digest") != self.digest:
             tqdm.write(f"[dmlbench] {self.scratch}: left by a different configuration; starting afresh")
             return False
+        if self.manifest is not None:
+            check_manifest(state, self.scratch, self.manifest, retry="resume",
+                           restart=f"delete {self.scratch} to train from epoch 1 on {self.manifest}")
         self.model.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -405,7 +418,7 @@ class Trainer:
             "num_classes": self.data.num_classes, "selected_epoch": self.best_epoch,
             "selection": self.selection, "selection_score": self.best_score,
             "summary": {**self.recipe.summary(), **self.init_parity}, "device": str(self.device),
-            "nondeterministic_ops": self.kernel_warnings.nondeterministic_ops(),
+            "nondeterministic_ops": self.kernel_warnings.nondeterministic_ops(), **self.manifest_entries,
         }, self.out_dir / "checkpoint.pt")
         self.scratch.unlink(missing_ok=True)
 
@@ -415,6 +428,7 @@ def train_run(run: Mapping[str, Any], manifest_path: str | Path, out_dir: str | 
     """Train one run end to end (resuming from ``scratch_dir`` when possible)."""
     with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
         device = resolve_device(name)
-        trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress)
+        trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress,
+                          manifest=Path(manifest_path))
         trainer.try_resume()
         return trainer.fit(on_epoch_end)
