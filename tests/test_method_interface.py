@@ -133,7 +133,8 @@ def test_recipe_hooks_reach_log_checkpoint_embeddings_and_metrics(params, tiny_m
     assert log["train_R@1"].between(0, 1).all()
     summary = load_checkpoint(tmp_path / "out" / "checkpoint.pt")["summary"]
     assert summary["batches_seen"] == 6.0  # the recipe's summary, beside the trainer's init-parity numbers
-    assert set(summary) == {"batches_seen", "health/init_val_r1", "health/init_val_r1_linear_head", "health/init_gap"}
+    assert set(summary) == {"batches_seen", "health/init_val_r1", "health/init_val_r1_linear_head",
+                           "health/init_val_r1_linear_head_lowest", "health/init_gap", "health/init_shortfall"}
     embed_run(tmp_path / "out" / "checkpoint.pt", tiny_manifest, tmp_path / "emb.npz")
     metrics = evaluate_file(tmp_path / "emb.npz", tmp_path / "metrics.json", [1, 2])
     assert metrics["batches_seen"] == 6.0
@@ -164,7 +165,8 @@ def test_recipe_state_survives_an_interruption(params, tiny_manifest, tmp_path, 
     assert pd.read_csv(tmp_path / "out" / "log.csv")["epochs_seen"].tolist() == [1.0, 2.0, 3.0]
     summary = load_checkpoint(tmp_path / "out" / "checkpoint.pt")["summary"]
     assert summary["batches_seen"] == 6.0  # the recipe's summary, beside the trainer's init-parity numbers
-    assert set(summary) == {"batches_seen", "health/init_val_r1", "health/init_val_r1_linear_head", "health/init_gap"}
+    assert set(summary) == {"batches_seen", "health/init_val_r1", "health/init_val_r1_linear_head",
+                           "health/init_val_r1_linear_head_lowest", "health/init_gap", "health/init_shortfall"}
 
 
 def test_optimizer_puts_every_non_backbone_parameter_in_the_head_group(params):

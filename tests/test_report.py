@@ -541,7 +541,8 @@ def test_every_trained_method_is_checked_for_init_parity_and_a_reference_row_is_
     from dmlbench.report.pipeline import health_checks
 
     trained = health_checks(params, "synthetic", "triplet", 0)
-    assert [c.key for c in trained] == ["health/init_gap"]
-    assert failed_checks(trained, {"health/init_gap": 0.0}) == []
-    assert failed_checks(trained, {"health/init_gap": 0.025})[0].startswith("health/init_gap <= 0.02 (got 0.025)")
-    assert all(c.key != "health/init_gap" for c in health_checks(params, "synthetic", "untrained", 0))
+    assert [c.key for c in trained] == ["health/init_shortfall"]
+    assert failed_checks(trained, {"health/init_shortfall": -0.01}) == []
+    assert failed_checks(trained, {"health/init_shortfall": 0.025})[0].startswith(
+        "health/init_shortfall <= 0.02 (got 0.025)")
+    assert all(c.key != "health/init_shortfall" for c in health_checks(params, "synthetic", "untrained", 0))

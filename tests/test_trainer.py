@@ -246,6 +246,9 @@ def test_init_parity_is_recorded_with_a_reference_that_depends_on_the_backbone_a
     assert {key: stats[key] for key in summary} == summary
     assert 0.0 < summary["health/init_val_r1"] <= 1.0
     assert summary["health/init_gap"] == summary["health/init_val_r1_linear_head"] - summary["health/init_val_r1"]
+    assert summary["health/init_shortfall"] == (summary["health/init_val_r1_linear_head_lowest"]
+                                                - summary["health/init_val_r1"])
+    assert summary["health/init_val_r1_linear_head_lowest"] <= summary["health/init_val_r1_linear_head"]
     assert summaries["contrastive"] == summary  # same backbone, same head draw, same reference draws
     assert "at init: val R@1" in capsys.readouterr().out
 
@@ -269,6 +272,7 @@ def test_init_parity_measures_a_method_against_the_linear_head_on_the_same_backb
     summary = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["summary"]
     gap = summary["health/init_val_r1_linear_head"] - summary["health/init_val_r1"]
     assert summary["health/init_gap"] == pytest.approx(gap) and gap > 0.02
+    assert summary["health/init_shortfall"] > 0.02  # below every linear-head draw: the report marks it
 
 
 def test_wait_clock_counts_only_the_time_spent_waiting_for_items():

@@ -96,13 +96,16 @@ def failed_checks(checks: Iterable[HealthCheck], metrics: Mapping[str, float]) -
 
 
 #: ``metrics.json`` keys of init parity: the validation R@1 (fraction) of the run's test-time embedding
-#: before its first step, of the same backbone with the plain baselines' linear head, and their gap.
+#: before its first step; the mean and the lowest over seeded draws of the plain baselines' linear head
+#: on the same backbone; the gap to that mean; and the shortfall below the lowest draw (the checked one).
 INIT_VAL_R1_KEY = f"{HEALTH_PREFIX}init_val_r1"
 INIT_LINEAR_HEAD_VAL_R1_KEY = f"{HEALTH_PREFIX}init_val_r1_linear_head"
+INIT_LINEAR_HEAD_LOWEST_KEY = f"{HEALTH_PREFIX}init_val_r1_linear_head_lowest"
 INIT_GAP_KEY = f"{HEALTH_PREFIX}init_gap"
-#: Largest R@1 deficit at init (fraction: 0.02 = 2 points) that still counts as starting where the
-#: baseline starts.
-INIT_GAP_MAXIMUM = 0.02
+INIT_SHORTFALL_KEY = f"{HEALTH_PREFIX}init_shortfall"
+#: Largest R@1 shortfall at init (fraction: 0.02 = 2 points) below the lowest linear-head draw that still
+#: counts as starting where the baseline starts.
+INIT_SHORTFALL_MAXIMUM = 0.02
 
 
 def init_parity_check() -> HealthCheck:
@@ -110,10 +113,15 @@ def init_parity_check() -> HealthCheck:
     backbone (attention, masks, crops) that is not the identity at initialisation destroys the
     pretrained features before the first step, and a short schedule does not win them back.
 
+    The bound is on the shortfall below the *lowest* of the seeded linear-head draws, not on the gap
+    to their mean: one random head's R@1 varies with its draw (0.7 points std on CUB's 1,179
+    validation images, several points on the embedded default's 128), so a method whose test-time
+    embedding is itself a random linear head (MPN, D&C) would otherwise fail by chance.
+
     >>> init_parity_check().bound_text()
-    'health/init_gap <= 0.02'
+    'health/init_shortfall <= 0.02'
     """
-    return HealthCheck(INIT_GAP_KEY, maximum=INIT_GAP_MAXIMUM,
-                       meaning="the run started more than 2 R@1 points below the same backbone with a linear "
-                               "head (validation, before the first step): what the method inserts is not the "
-                               "identity at initialisation")
+    return HealthCheck(INIT_SHORTFALL_KEY, maximum=INIT_SHORTFALL_MAXIMUM,
+                       meaning="the run started more than 2 R@1 points below the lowest of 8 random linear heads "
+                               "on the same backbone (validation, before the first step): what the method inserts "
+                               "is not the identity at initialisation")
