@@ -13,8 +13,9 @@ points with the development copy's (docs/results.md).
     python benchmarks/compact_copy.py --root /path/to/CUB_200_2011 --out .gpudata/CUB_200_2011
 
 ``--every-nth-class N`` keeps classes 1, 1 + N, 1 + 2N, … only (a copy for throughput checks,
-whose numbers are not CUB's). ``--out`` must not exist or be empty; it is written whole into a temporary folder beside it and
-renamed into place, so an interrupted copy leaves nothing that looks finished.
+whose numbers are not CUB's). ``--out`` must not exist or be empty; it is written whole into a
+temporary folder beside it and renamed into place, so an interrupted copy leaves nothing that
+looks finished.
 """
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from dmlbench.cli import RUNS_DIR, run_dir
 from dmlbench.config import load_config, section
 from dmlbench.report.claims import claim_runs
 
-RUNS = Path("results/runs")
 CLI = [sys.executable, "-m", "dmlbench"]
 
 
@@ -36,17 +36,17 @@ def chain_commands(configs: list[str], dataset: str, method: str, seed: int, thr
     """The train, embed and evaluate commands of one run, as the workflow's rules give them; for a
     method that re-embeds ``checkpoint_of``'s checkpoint, its embed (``--method``) and evaluate."""
     config_args = [arg for path in configs for arg in ("--config", path)]
-    run_dir = RUNS / dataset / method / f"seed{seed}"
+    out = run_dir(dataset, method, seed)
     common = [*config_args, "--threads", str(threads)]
-    evaluate = [*CLI, "evaluate", str(run_dir / "embeddings.npz"), "--out", str(run_dir / "metrics.json"),
-                "--per-query", str(run_dir / "per_query.npz"), "--dataset", dataset, *common]
+    evaluate = [*CLI, "evaluate", str(out / "embeddings.npz"), "--out", str(out / "metrics.json"),
+                "--per-query", str(out / "per_query.npz"), "--dataset", dataset, *common]
     if checkpoint_of is not None:
-        source = RUNS / dataset / checkpoint_of / f"seed{seed}"
-        return [[*CLI, "embed", str(source), "--method", method, "--out", str(run_dir / "embeddings.npz"), *common],
+        source = run_dir(dataset, checkpoint_of, seed)
+        return [[*CLI, "embed", str(source), "--method", method, "--out", str(out / "embeddings.npz"), *common],
                 evaluate]
     return [
         [*CLI, "train", "--dataset", dataset, "--method", method, "--seed", str(seed), "--no-progress", *common],
-        [*CLI, "embed", str(run_dir), "--out", str(run_dir / "embeddings.npz"), "--threads", str(threads)],
+        [*CLI, "embed", str(out), "--out", str(out / "embeddings.npz"), "--threads", str(threads)],
         evaluate,
     ]
 
@@ -99,11 +99,11 @@ def main() -> None:
     wanted = [(dataset, method, seed) for seed in (args.seeds or spec.get("seeds", [0]))
               for dataset in spec["datasets"] for method in (args.methods or spec["methods"])]
     if args.claims:
-        wanted += [(run.dataset, run.method, run.seed) for run in sorted(claim_runs(config, RUNS),
+        wanted += [(run.dataset, run.method, run.seed) for run in sorted(claim_runs(config, RUNS_DIR),
                                                                          key=lambda run: (run.seed, run.method))]
     wanted = [chain for chain in dict.fromkeys(wanted)
               if "ensemble_members" not in section(config, "methods", chain[1])
-              and not (RUNS / chain[0] / chain[1] / f"seed{chain[2]}" / "metrics.json").is_file()]
+              and not (run_dir(*chain) / "metrics.json").is_file()]
     trained = [chain for chain in wanted if "checkpoint_of" not in section(config, "methods", chain[1])]
     reembedded = [chain for chain in wanted if chain not in trained]
     print(f"{len(trained)} trained and {len(reembedded)} re-embedded chains, {args.jobs} at once", flush=True)

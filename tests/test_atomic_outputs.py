@@ -50,7 +50,8 @@ def _fail_after(function: Callable, calls: int = CALLS_BEFORE_FAILURE) -> Callab
 
 def _leftovers(out: Path) -> list[str]:
     """Names beside ``out`` and inside it that a builder leaves only when something went wrong."""
-    beside = [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.") and not p.name.endswith(".lock")]
+    beside = [p.name for p in out.parent.iterdir()
+              if p.name.startswith(f".{out.name}.") and not p.name.endswith(".lock")]
     inside = [str(p.relative_to(out)) for p in out.rglob("*") if ".tmp" in p.name]
     return beside + inside
 
@@ -176,7 +177,8 @@ SAME_FILE_COMMANDS = {
     "symlink-to-out": (["evaluate", "e.npz", "--out", "m.json", "--per-query", "link.json"], "link.json"),
     "out-is-input": (["evaluate", "e.npz", "--out", "e.npz"], "--out e.npz"),
     "default-per-query-is-input": (["evaluate", "per_query.npz", "--out", "m.json"], "per_query.npz"),
-    "ensemble-out-is-member": (["ensemble", "e.npz", "f.npz", "--out", "./f.npz"], "--out f.npz: is the same file as input MEMBER1 f.npz"),
+    "ensemble-out-is-member": (["ensemble", "e.npz", "f.npz", "--out", "./f.npz"],
+                               "--out f.npz: is the same file as input MEMBER1 f.npz"),
 }
 
 

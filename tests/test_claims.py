@@ -193,11 +193,13 @@ def test_the_cub_lite_overlay_moves_the_claims_to_cub200_on_three_seeds() -> Non
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda c: c["claims"]["items"][0].update(higher="abe9"), r"claims.items\[0\].higher = 'abe9' is not defined"),
-    (lambda c: c["claims"]["items"].append(dict(c["claims"]["items"][0])), r"claims.items\[1\].id = 'abe_vs_heads' is used twice"),
+    (lambda c: c["claims"]["items"].append(dict(c["claims"]["items"][0])),
+     r"claims.items\[1\].id = 'abe_vs_heads' is used twice"),
     (lambda c: c["claims"].update(dataset="nowhere"), r"datasets.nowhere"),
     (lambda c: c["tables"].update(claims=c["tables"]["table1"]), r"tables.claims: the name 'claims' belongs"),
     (lambda c: c["claims"]["items"][0].pop("metric"), r"claims.items.0: 'metric' is a required property"),
-    (lambda c: c["claims"]["items"][0].update(lower_value=1.0), r"claims.items\[0\] \(abe_vs_heads\): give exactly one of 'lower'"),
+    (lambda c: c["claims"]["items"][0].update(lower_value=1.0),
+     r"claims.items\[0\] \(abe_vs_heads\): give exactly one of 'lower'"),
     (lambda c: c["claims"]["items"][0].pop("lower"), r"give exactly one of 'lower' \(a method\) and 'lower_value'"),
     (lambda c: c["claims"]["items"][0].update(margin=0), r"claims.items.0.margin"),
 ])

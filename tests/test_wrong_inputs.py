@@ -145,7 +145,8 @@ def test_the_projects_anchors_and_aliases_still_load():
 
 
 @pytest.mark.parametrize("error", [OverflowError("int too large to convert"), MemoryError(), TypeError("bad operand"),
-                                   RecursionError("maximum recursion depth exceeded"), AttributeError("no attribute x")],
+                                   RecursionError("maximum recursion depth exceeded"),
+                                   AttributeError("no attribute x")],
                          ids=lambda e: type(e).__name__)
 @pytest.mark.parametrize("where", ["command", "parser"])
 def test_any_error_at_the_cli_boundary_is_one_line_exit_2_and_a_traceback_on_request(monkeypatch, capsys, error,

@@ -337,8 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="directory with checkpoint.pt")
     p.add_argument("--manifest", help="default: the run's dataset under data/prepared")
     p.add_argument("--out", help="default RUN_DIR/embeddings.npz, with --method results/runs/D/METHOD/seedS/...")
-    p.add_argument("--method", type=name_argument("method name"), help="embed with this method's test-time options: one that re-embeds RUN_DIR's "
-                                    "checkpoint (checkpoint_of); default: the method it was trained as")
+    p.add_argument("--method", type=name_argument("method name"),
+                   help="embed with this method's test-time options: one that re-embeds RUN_DIR's "
+                        "checkpoint (checkpoint_of); default: the method it was trained as")
     p.add_argument("--config", action="append", metavar="YAML",
                    help="with --method: params file; repeat for overlays (default: params.yaml)")
     p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
@@ -348,8 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("embeddings", help=".npz with embeddings, labels[, split, learner_slices]")
     p.add_argument("--out", required=True, help="metrics JSON")
     p.add_argument("--per-query", help="per-query results .npz (default: per_query.npz beside --out)")
-    p.add_argument("--dataset", type=name_argument("dataset name"), help="read the settings below from the params: datasets.DATASET.recall_ks and the "
-                                     "'evaluation' section (an option given here still wins)")
+    p.add_argument("--dataset", type=name_argument("dataset name"),
+                   help="read the settings below from the params: datasets.DATASET.recall_ks and the "
+                        "'evaluation' section (an option given here still wins)")
     p.add_argument("--recall-ks", type=_parse_ks, help="e.g. 1,2,4,8 (default 1,2,4,8)")
     p.add_argument("--kmeans-seed", type=_integer_at_least(0, "a K-means seed"),
                    help="seed of the K-means clustering behind NMI (default 0)")
@@ -387,7 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_claims)
 
     p = sub.add_parser("figure", help="draw a figure of an experiment (figures.FIGURE) from finished runs")
-    p.add_argument("figure", type=name_argument("figure name"), help="a key of the 'figures' params section, e.g. abe_fig5 (dmlbench list figures)")
+    p.add_argument("figure", type=name_argument("figure name"),
+                   help="a key of the 'figures' params section, e.g. abe_fig5 (dmlbench list figures)")
     p.add_argument("--out", help="default results/plots/FIGURE.png")
     with_config(p)
     p.set_defaults(func=cmd_figure)

@@ -60,15 +60,6 @@ class TrainContext:
     num_workers: int = 0
 
 
-def linear_head_model(training: Mapping[str, Any]) -> Embedder:
-    """The plain baselines' model: backbone (``training.backbone``) + one linear embedding layer of
-    ``training.embedding_dim``, BatchNorm frozen when the backbone says so. Every method's init parity
-    (:func:`dmlbench.methods.health.init_parity_check`) is measured against it."""
-    backbone = build_backbone(training["backbone"])
-    head = LinearEmbedding(backbone.out_channels["pool"], training["embedding_dim"])
-    return Embedder(backbone, head, freeze_bn=training["backbone"].get("freeze_bn", False))
-
-
 class Recipe:
     """Base recipe (``recipe: baseline``): a linear L2-normalised embedding trained with one loss.
 
@@ -100,7 +91,9 @@ class Recipe:
     # --- model, loss, batches -------------------------------------------------------------
     def build_model(self) -> nn.Module:
         """Backbone (``training.backbone``) + linear embedding of ``training.embedding_dim``."""
-        return linear_head_model(self.training)
+        backbone = build_backbone(self.training["backbone"])
+        head = LinearEmbedding(backbone.out_channels["pool"], self.training["embedding_dim"])
+        return Embedder(backbone, head, freeze_bn=self.training["backbone"].get("freeze_bn", False))
 
     def build_loss(self, num_classes: int) -> nn.Module:
         """The loss of ``methods.<name>.loss`` for ``num_classes`` training classes."""

@@ -69,7 +69,7 @@ from .significance import (
     worse_p_value,
 )
 from .spec import TABLE_SUFFIXES
-from .summary import _per_query_block
+from .summary import per_query_block
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 #: The verdicts, in the order the CLI counts them.
@@ -197,7 +197,7 @@ def _side_values(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str, i
         return np.stack([frame.to_numpy(dtype=float)[:, 0] for frame in reported], axis=1)[:, None, :]
     blocks, rows = [], None
     for (method, metric), frame in zip(claim.sides, reported):
-        block, side_rows = _per_query_block([runs[(method, s)] for s in claim.seeds], [metric], frame)
+        block, side_rows = per_query_block([runs[(method, s)] for s in claim.seeds], [metric], frame)
         if rows is not None and not np.array_equal(rows, side_rows):
             raise ReportInputError(f"claims.{claim.id}: {claim.higher} and {method} were evaluated on other test "
                                    f"queries; a claim pairs the two sides query by query")

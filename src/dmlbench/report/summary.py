@@ -51,8 +51,8 @@ class _Estimate:
     rows: np.ndarray | None
 
 
-def _per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
-                     reported: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
+                    reported: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(S, Q, M) per-query values of ``metrics`` in the runs (seed order) and the (Q,) query rows.
 
     Raises:
@@ -109,7 +109,7 @@ def _cell_estimates(results: pd.DataFrame, runs: Sequence[RunDir], metrics: Sequ
     per_run = [m for m in shown if m not in per_query]
     estimates = _estimates(reported[per_run].to_numpy(dtype=float)[:, None, :], per_run, None, samples)
     if per_query:
-        values, rows = _per_query_block(runs, per_query, reported)
+        values, rows = per_query_block(runs, per_query, reported)
         estimates.update(_estimates(values, per_query, rows, samples))
     return estimates
 

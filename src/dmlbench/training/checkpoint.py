@@ -20,6 +20,7 @@ import torch
 
 from dmlbench.atomic import atomic_output
 from dmlbench.errors import DmlbenchError
+from dmlbench.models.backbones.weights import sha256_of
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
@@ -77,18 +78,9 @@ def config_digest(run: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(run, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """SHA-256 (hex) of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def manifest_entries(manifest: str | os.PathLike[str]) -> dict[str, str]:
     """The checkpoint entries that record the manifest a run trains on: its path and its bytes' SHA-256."""
-    return {MANIFEST_KEY: str(manifest), MANIFEST_DIGEST_KEY: file_sha256(manifest)}
+    return {MANIFEST_KEY: str(manifest), MANIFEST_DIGEST_KEY: sha256_of(Path(manifest))}
 
 
 def check_manifest(checkpoint: Mapping[str, Any], path: str | os.PathLike[str], manifest: str | os.PathLike[str],
@@ -109,7 +101,7 @@ def check_manifest(checkpoint: Mapping[str, Any], path: str | os.PathLike[str], 
     recorded = checkpoint.get(MANIFEST_DIGEST_KEY)
     if recorded is None:
         return
-    actual = file_sha256(manifest)
+    actual = sha256_of(Path(manifest))
     if actual != recorded:
         trained_on = checkpoint.get(MANIFEST_KEY, "another manifest")
         raise ManifestMismatchError(

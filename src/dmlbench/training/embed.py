@@ -67,9 +67,9 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
         raise CheckpointError(f"{checkpoint_path}: its weights do not fit {run['method']}'s model (the code or the "
                               f"configuration changed since it was trained?): {str(err)[:500]}. Train the run "
                               f"again to re-create it") from err
-    data = load_run_data(run, manifest_path)
     check_manifest(checkpoint, checkpoint_path, manifest_path, retry="embed it",
                    restart=f"train the run again on {manifest_path}")
+    data = load_run_data(run, manifest_path)
     with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
         device = resolve_device(name)
         configure_determinism(run["training"]["deterministic"], device)

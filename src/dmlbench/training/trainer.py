@@ -36,7 +36,6 @@ from dmlbench.config import ConfigError
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation import recall_at_k
 from dmlbench.methods import Recipe, TrainContext, build_recipe
-from dmlbench.methods.base import linear_head_model
 from dmlbench.methods.health import (
     INIT_GAP_KEY,
     INIT_LINEAR_HEAD_LOWEST_KEY,
@@ -44,10 +43,17 @@ from dmlbench.methods.health import (
     INIT_SHORTFALL_KEY,
     INIT_VAL_R1_KEY,
 )
+from dmlbench.models.backbones import build_backbone
 from dmlbench.models.heads import LinearEmbedding
 from dmlbench.placement import claim_device
-from dmlbench.training.checkpoint import (RESUME_CHECKPOINT_KEYS, atomic_torch_save, check_manifest, config_digest,
-                                         load_checkpoint, manifest_entries)
+from dmlbench.training.checkpoint import (
+    RESUME_CHECKPOINT_KEYS,
+    atomic_torch_save,
+    check_manifest,
+    config_digest,
+    load_checkpoint,
+    manifest_entries,
+)
 from dmlbench.training.data import RunData, load_run_data
 from dmlbench.training.embedding import compute_embeddings
 from dmlbench.training.kernel_warnings import KernelWarnings
@@ -176,12 +182,10 @@ def _write_log(rows: list[dict[str, float]], path: Path) -> None:
     write_text_atomic(path, pd.DataFrame(rows, columns=columns).to_csv(index=False, lineterminator="\n"))
 
 
-def recall_at_1(recipe: Recipe | None, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
+def recall_at_1(recipe: Recipe, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
                 device: torch.device, num_workers: int = 0) -> float:
-    """R@1 of the recipe's test-time embedding of ``dataset`` (query/gallery when ``split`` has them);
-    ``recipe`` None: the model's own output (a plain baseline's embedding)."""
-    embeddings = (recipe.embed(model, dataset, batch_size, device, num_workers) if recipe is not None
-                  else compute_embeddings(model, dataset, batch_size, device, num_workers))
+    """R@1 of the recipe's test-time embedding of ``dataset`` (query/gallery when ``split`` has them)."""
+    embeddings = recipe.embed(model, dataset, batch_size, device, num_workers)
     query_gallery = split if split is not None and "query" in set(split) else None
     return recall_at_k(embeddings, dataset.labels, [1], split=query_gallery)[1]
 
@@ -356,7 +360,7 @@ class Trainer:
         batch, workers = self.training["eval_batch_size"], self.training["num_workers"]
         method_r1 = recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
         seed_everything(derive_seed(self.run["seed"], "init"))  # the run's own backbone, also when not pretrained
-        backbone = place_model(linear_head_model(self.training).backbone, self.training, self.device)
+        backbone = place_model(build_backbone(self.training["backbone"]), self.training, self.device)
         pooled = torch.from_numpy(compute_embeddings(backbone, self.data.val, batch, self.device, workers))
         draws = []
         for draw in range(INIT_PARITY_HEAD_DRAWS):
