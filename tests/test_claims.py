@@ -15,6 +15,7 @@ from dmlbench.methods.health import HealthCheck
 from dmlbench.report.claims import (
     CONTRADICTED,
     INCONCLUSIVE,
+    NOT_RUN,
     SUPPORTED,
     Claim,
     claim_runs,
@@ -208,3 +209,41 @@ def test_bad_claims_are_config_errors_naming_the_key(edit, message: str) -> None
     edit(config)
     with pytest.raises(ConfigError, match=message):
         validate_config(config)
+
+
+def test_skipped_claims_are_reported_not_run_and_need_no_runs(tmp_path: Path) -> None:
+    """Two claims, the second skipped: only the first one's runs exist, its row is measured, the other 'not run'."""
+    config = make_config()
+    config["claims"]["items"].append({**config["claims"]["items"][0], "id": "skipped", "higher": "abe2"})
+    config["claims"].update(skip=["skipped"], skip_reason="too slow here.")
+    validate_config(config)
+    assert [(r.method, r.seed) for r in claim_runs(config, tmp_path)] == [
+        ("abe8", 0), ("abe8", 1), ("heads8", 0), ("heads8", 1)]
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        write_run(runs, "abe8", seed, {"": [1, 1, 0]})
+        write_run(runs, "heads8", seed, {"": [0, 0, 0]})
+    table = write_claims(config, runs, tmp_path / "out", {"abe8": [], "heads8": []}).set_index("id")
+    assert table.loc["abe_vs_heads", "verdict"] == SUPPORTED and table.loc["skipped", "verdict"] == NOT_RUN
+    assert table.loc["skipped", "seeds"] == 0 and np.isnan(table.loc["skipped", "difference"])
+    markdown = (tmp_path / "out" / "claims.md").read_text()
+    assert "| ABE | ABE-8 > 8-heads | 60.6 vs 56.0 (Tab. 1) | — | — | — | not run (claims.skip) |" in markdown
+    assert markdown.rstrip().endswith("Not run: too slow here.")
+
+
+def test_skip_must_name_claim_ids() -> None:
+    config = make_config()
+    config["claims"]["skip"] = ["abe_vs_head"]
+    with pytest.raises(ConfigError, match=r"claims.skip names \['abe_vs_head'\], which are not ids"):
+        validate_config(config)
+
+
+def test_the_cub_claims_overlay_runs_25_claims_on_three_seeds_of_its_own_dataset() -> None:
+    overlays = PARAMS.parent / "workflow" / "overlays"
+    config = merge_params([PARAMS, overlays / "cub_lite.yaml", overlays / "cub_claims.yaml"])
+    validate_config(config)
+    dataset, claims = claims_of(config)
+    measured = [c for c in claims if not c.skipped]
+    assert dataset == "cub200_short" and config["datasets"][dataset]["kind"] == "cub200"
+    assert len(measured) >= 25 and {c.seeds for c in measured} == {(0, 1, 2)}
+    assert all(run.path.parts[-3] == "cub200_short" for run in claim_runs(config, Path("runs")))

@@ -112,6 +112,46 @@ def test_a_damaged_image_is_named_and_leaves_no_store(images, tmp_path):
     assert not [p for p in root.iterdir() if p.is_dir()]
 
 
+FULL_DISK_BUILD = """
+import resource, signal, sys
+from dmlbench.data.image_store import ImageStoreError, open_store
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the limit then fails the write with EFBIG, not the process
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+try:
+    open_store(sys.argv[3:], 32, root=sys.argv[2])
+except ImageStoreError as err:
+    print(err)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("limit", [1, 2000])
+def test_a_store_that_does_not_fit_on_the_disk_is_refused_with_the_space_it_needs(images, tmp_path, limit):
+    """A process that may write at most ``limit`` bytes per file (the 6 images need ~11 kB): the build
+    reserves the space first, so it stops with the fix instead of dying of SIGBUS in the memory map."""
+    import subprocess
+
+    root = tmp_path / "stores"
+    done = subprocess.run([sys.executable, "-c", FULL_DISK_BUILD, str(limit), str(root), *images],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert "no space left for the decoded-image store in" in done.stdout
+    assert "GB are free" in done.stdout and "DMLBENCH_IMAGE_STORE" in done.stdout
+    assert not [p for p in root.iterdir() if p.is_dir()]  # no store and no temporary folder left
+
+
+def test_a_file_system_that_cannot_preallocate_gets_a_sparse_file(images, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def unsupported(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported)
+    store = open_store(images, 32, root=tmp_path / "stores")
+    assert store.image(0).shape == (42, 32, 3)
+
+
 def test_a_missing_image_is_named_with_the_fix(images, tmp_path):
     Path(images[1]).unlink()
     with pytest.raises(ImageStoreError, match=rf"cannot read image {images[1]}: .*re-run `dmlbench prepare`"):

@@ -77,6 +77,10 @@ def test_metric_vs_param_and_training_curves_render(params, tmp_path, monkeypatc
     for name in ("line", "curves"):
         out = render_figure(config, name, tmp_path / f"{name}.png")
         assert Image.open(out).size[0] > 300
+    with pytest.raises(ConfigError, match=r"columns names 'train_R@1', but \['margin', 'contrastive'\] do not log "
+                                          r"it.*log_train_recall: true"):
+        render_figure(config, "missing", tmp_path / "missing.png")
+    config["training"]["log_train_recall"] = True  # asked for now, but the runs on disk were trained without it
     with pytest.raises(ValueError, match=r"no run logged \['train_R@1'\].*log_train_recall"):
         render_figure(config, "missing", tmp_path / "missing.png")
     assert not (tmp_path / "missing.png").exists()

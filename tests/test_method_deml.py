@@ -12,7 +12,7 @@ import torch
 from conftest import tiny_run
 from PIL import Image
 
-from dmlbench.config import resolve_run
+from dmlbench.config import resolve_method, resolve_run
 from dmlbench.data.dataset import ImageDataset
 from dmlbench.data.manifest import ManifestError
 from dmlbench.data.transforms import eval_transform
@@ -265,15 +265,15 @@ def test_identity_cam_leaves_features_unchanged_and_its_gate_learns(pooled):
         ChannelAttention(6, init="open")
 
 
-def _backbone_embedding(model, scale: int, images: torch.Tensor) -> torch.Tensor:
-    """One CA learner of ``scale`` on the bare backbone's pooled features, L2-normalised: (B, w)."""
-    return torch.nn.functional.normalize(model.learners[scale][0](model.backbone[scale](images)), dim=-1)
+def _backbone_embedding(model, scale: int, images: torch.Tensor, learner: int = 0) -> torch.Tensor:
+    """CA learner ``learner`` of ``scale`` on the bare backbone's pooled features, L2-normalised: (B, w)."""
+    return torch.nn.functional.normalize(model.learner(scale, learner)(model.backbone[scale](images)), dim=-1)
 
 
 @pytest.mark.parametrize("cam_pooled", [True, False])
 def test_default_deml_at_init_embeds_every_scale_as_its_backbone(params, cam_pooled):
     """DeML(3, 2) at init with the default CAMs: every learner of scale i is the backbone of scale i on
-    that scale's input (the image, then the zoomed OAM crops) through the shared learner; with the
+    that scale's input (the image, then the zoomed OAM crops) through its own linear layer; with the
     paper's CAMs the embedding differs from the bare backbone's."""
     torch.manual_seed(0)
     images = torch.rand(4, 3, 20, 20)
@@ -284,8 +284,8 @@ def test_default_deml_at_init_embeds_every_scale_as_its_backbone(params, cam_poo
         _, _, boxes = model._passes(images)
         x = images
         for scale in range(3):
-            expected = _backbone_embedding(model, scale, x)
             for learner in range(2):
+                expected = _backbone_embedding(model, scale, x, learner)
                 assert torch.allclose(embedding[:, scale, learner], expected, atol=1e-5)
             if scale < 2:
                 x = crop_and_zoom(x, boxes[scale])
@@ -568,3 +568,15 @@ def test_health_checks_fail_on_dead_values_and_pass_on_healthy(params):
 def test_health_checks_follow_the_options_and_the_dataset(params, dataset, method, expected):
     checks = build_recipe(resolve_run(params, dataset, method, 0)).health_checks()
     assert {c.key for c in checks} == expected
+
+
+def test_default_learners_start_different_and_table4_shares_them(params):
+    """With CAM gates open at init, shared learners would give identical outputs (cosine 1), the adversary's
+    hinge would start maximal and pull the learners apart through the gates; one ω_ij each starts apart."""
+    torch.manual_seed(0)
+    model = build_recipe(deml_run(params, num_scales=1, num_cams=2)).build_model().eval()
+    first, second = model.learner_outputs(torch.rand(4, 3, 20, 20))[0]
+    assert torch.nn.functional.cosine_similarity(first, second).mean() < 0.9
+    entries = {name: resolve_method(params, name)["options"] for name in ("deml", "deml_i1j8", "deml_i1j8_noadv")}
+    assert "share_learners" not in entries["deml"] and not DeMLOptions().share_learners
+    assert entries["deml_i1j8"]["share_learners"] and entries["deml_i1j8_noadv"]["share_learners"]

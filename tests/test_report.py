@@ -365,7 +365,7 @@ def test_plots_are_pngs_of_the_expected_size_and_deterministic(tmp_path: Path, t
     for attempt in ("1", "2"):
         outputs[attempt] = (
             plot_training_curves(logs, tmp_path / attempt / "curves.png", spec),
-            plot_recall_at_k(results, spec, tmp_path / attempt / "recall.png"),
+            plot_recall_at_k(summarise(results, two_by_two, spec), spec, tmp_path / attempt / "recall.png"),
         )
     curves, recall = outputs["1"]
     with Image.open(curves) as image:
@@ -380,7 +380,7 @@ def test_recall_plot_grid_for_four_datasets(tmp_path: Path) -> None:
     datasets = ["cub200", "cars196", "sop", "inshop"]
     runs = [make_run(tmp_path, d, "margin", 0, {"R@1": 0.5, "R@10": 0.7}) for d in datasets]
     spec = spec_for(datasets, ["margin"], ["R@1", "R@10"])
-    path = plot_recall_at_k(collect_runs(runs), spec, tmp_path / "recall.png")
+    path = plot_recall_at_k(summarise(collect_runs(runs), runs, spec), spec, tmp_path / "recall.png")
     with Image.open(path) as image:
         assert image.size == expected_size(3, 2, PANEL_WIDTH)
 
@@ -388,7 +388,7 @@ def test_recall_plot_grid_for_four_datasets(tmp_path: Path) -> None:
 def test_plot_without_data_is_an_error(tmp_path: Path, two_by_two: list[RunDir]) -> None:
     spec = spec_for(["cub200"], ["a"], ["R@1"])
     with pytest.raises(ValueError, match="nothing to plot"):
-        plot_recall_at_k(collect_runs(two_by_two), spec, tmp_path / "r.png")
+        plot_recall_at_k(summarise(collect_runs(two_by_two), [], spec), spec, tmp_path / "r.png")
     with pytest.raises(ValueError, match="no training logs"):
         plot_training_curves(load_logs(two_by_two), tmp_path / "c.png", spec)
 

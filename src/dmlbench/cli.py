@@ -24,10 +24,14 @@ Any error ends a command with one line on stderr and exit status 2 (Ctrl-C: one 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.util
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.machinery import ModuleSpec
 from pathlib import Path
+from types import ModuleType
 
 from dmlbench import __version__
 from dmlbench.catalog import KINDS, catalog, did_you_mean, plain_text
@@ -61,12 +65,39 @@ def run_dir(dataset: str, method: str, seed: int) -> Path:
 
 
 def _set_threads(threads: int | None) -> None:
+    """faiss's and torch's CPU threads. torch's are set as soon as torch is imported, not by importing it
+    here: a command that never uses torch (evaluate on a machine without a GPU) is spared its seconds."""
     if threads:
         import faiss
-        import torch
 
-        torch.set_num_threads(threads)
+        _when_imported("torch", lambda torch: torch.set_num_threads(threads))
         faiss.omp_set_num_threads(threads)
+
+
+def _when_imported(name: str, action: Callable[[ModuleType], object]) -> None:
+    """Call ``action(module)`` on the top-level module ``name``: now if it is imported, else right after its
+    import has run (before any code that imported it sees it)."""
+    if name in sys.modules:
+        action(sys.modules[name])
+        return
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.loader is not None:
+                exec_module = spec.loader.exec_module
+
+                def exec_then_act(module: ModuleType) -> None:
+                    exec_module(module)
+                    action(module)
+
+                spec.loader.exec_module = exec_then_act  # type: ignore[method-assign]
+            return spec
+
+    sys.meta_path.insert(0, Finder())
 
 
 def _integer_at_least(minimum: int, what: str) -> Callable[[str], int]:

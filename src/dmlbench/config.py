@@ -32,7 +32,7 @@ import copy
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,9 @@ YAML_MAX_DEPTH = 32
 #: most values (mappings, lists and scalars) a parameter file may hold, each alias counted as a copy of
 #: what it names (the project's largest file holds 1,600): an alias bomb stops here, not in a walk.
 YAML_MAX_NODES = 200_000
+#: most values one batch's input tensor (images × 3 colours × crop²) may hold: torch's 32-bit-indexed kernels
+#: (cuDNN's convolutions among them) address at most 2^31 − 1 elements of a tensor.
+MAX_BATCH_VALUES = 2**31 - 1
 
 
 class ConfigError(DmlbenchError, ValueError):
@@ -201,7 +204,10 @@ def non_finite_values(node: Any, path: str = "") -> list[tuple[str, float]]:
 
 
 def _suggestion(error: jsonschema.ValidationError) -> str:
-    """For an unexpected key: the closest allowed key of its section (``""`` for other errors)."""
+    """For an unexpected key: the closest allowed key of its section; for a value that fits none of a ``oneOf``
+    or ``anyOf``: why it fails each (``-1 is less than the minimum of 0; 'seed' was expected``); else ``""``."""
+    if error.context:
+        return f" ({'; '.join(dict.fromkeys(sub.message for sub in error.context))})"
     if error.validator != "additionalProperties" or not isinstance(error.instance, Mapping):
         return ""
     allowed = error.schema.get("properties", {})
@@ -256,6 +262,7 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     for name in config.get("methods", {}):
         if checkpoint_source(config, name) is not None:
             check_checkpoint_source(config, name, source)
+    _check_runs(config, source)
     for table_name, table in config.get("tables", {}).items():
         for key, section in (("datasets", "datasets"), ("methods", "methods")):
             unknown = [name for name in table[key] if name not in config[section]]
@@ -271,6 +278,17 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     from dmlbench.report.claims import check_claims
 
     check_claims(config, source)
+
+
+def _check_runs(config: Mapping[str, Any], source: str) -> None:
+    """:func:`check_run_training` (through :func:`resolve_run`) for every method on every dataset: a run that no
+    table plans today is one overlay away, and its settings are wrong already."""
+    for method in config.get("methods", {}):
+        for dataset in config.get("datasets", {}):
+            try:
+                resolve_run(config, dataset, method, 0)
+            except ConfigError as err:
+                raise ConfigError(f"{source}: {err}") from err
 
 
 def _experiments_files(path: Path, listed: Any) -> list[Path]:
@@ -463,9 +481,9 @@ def differing_keys(left: Mapping[str, Any], right: Mapping[str, Any], prefix: st
 
 def test_time_options(recipe: str) -> frozenset[str]:
     """The options of a recipe that change only how a trained model embeds (``Recipe.TEST_TIME_OPTIONS``)."""
-    from dmlbench.methods import recipe_class
+    from dmlbench.methods import recipe_test_time_options  # the registry's copy: imports no recipe, no torch
 
-    return recipe_class(recipe).TEST_TIME_OPTIONS
+    return recipe_test_time_options(recipe)
 
 
 def training_differences(trained: Mapping[str, Any], reused: Mapping[str, Any]) -> list[str]:
@@ -510,12 +528,95 @@ def check_checkpoint_source(config: Mapping[str, Any], method: str, source: str 
             )
 
 
-def _check_test_crop(image: Mapping[str, Any], where: str) -> None:
-    """The test-time centre crop must fit in the resized image (a larger one would pad it with black)."""
+def training_origin(config: Mapping[str, Any], dataset: str, method: str, key: str) -> str:
+    """The dotted parameter that sets run (``dataset``, ``method``)'s ``training.<key>``: the first that
+    defines it of the method's (then each base's) ``per_dataset.<dataset>.training`` and ``training``, then
+    ``datasets.<dataset>.training``, then the top-level ``training`` (the precedence of :func:`resolve_run`).
+
+    >>> config = {"methods": {"a": {}, "b": {"base": "a", "training": {"epochs": 0}}}, "datasets": {"d": {}}}
+    >>> training_origin(config, "d", "b", "epochs"), training_origin(config, "d", "b", "image.resize")
+    ('methods.b.training.epochs', 'training.image.resize')
+    """
+    candidates = [f"methods.{name}.{part}training.{key}" for name in method_chain(config, method)
+                  for part in (f"per_dataset.{dataset}.", "")]
+    candidates.append(f"datasets.{dataset}.training.{key}")
+    return next((candidate for candidate in candidates if defines(config, candidate)), f"training.{key}")
+
+
+def _check_image(image: Mapping[str, Any], origin: Callable[[str], str], run: str) -> None:
+    """The test-time centre crop fits in the resized image (a larger one would pad it with black), and the
+    training crops' area range ``crop_scale`` is ``[low, high]``."""
     if image["test_crop"] > image["resize"]:
-        raise ConfigError(f"{where}: training.image.test_crop = {image['test_crop']} px exceeds training.image.resize "
-                          f"= {image['resize']} px, so the centre crop would pad the image with black borders; "
-                          f"set test_crop <= resize")
+        raise ConfigError(f"{origin('image.test_crop')} = {image['test_crop']} px exceeds {origin('image.resize')} "
+                          f"= {image['resize']} px ({run}), so the centre crop would pad the image with black "
+                          f"borders; set test_crop <= resize")
+    low, high = image["crop_scale"]
+    if low > high:
+        raise ConfigError(f"{origin('image.crop_scale')} = {[low, high]} ({run}) is not [low, high]: the training "
+                          f"crops' share of the image area runs from low to high; write {[high, low]}")
+
+
+def _check_epochs(training: Mapping[str, Any], recipe: str | None, origin: Callable[[str], str], run: str) -> None:
+    """A trained recipe trains at least one epoch (0 would save its untrained network as the result), a
+    reference row none."""
+    epochs = training["epochs"]
+    if recipe == "reference" and epochs != 0:
+        raise ConfigError(f"{origin('epochs')} = {epochs} ({run}), but recipe 'reference' trains nothing; set "
+                          f"training.epochs: 0 in that method's entry")
+    if recipe != "reference" and epochs < 1:
+        raise ConfigError(f"{origin('epochs')} = {epochs} ({run}), but recipe {recipe!r} is trained: 0 epochs would "
+                          f"evaluate its untrained network as the method's result; set epochs >= 1 (only recipe: "
+                          f"reference rows have 0)")
+
+
+def _check_schedule(training: Mapping[str, Any], origin: Callable[[str], str], run: str) -> None:
+    """A step schedule names its milestones (the trainer would stop on the missing key)."""
+    if training["schedule"]["name"] == "step" and not training["schedule"].get("milestones"):
+        raise ConfigError(f"{origin('schedule.name')} = 'step' ({run}) needs training.schedule.milestones, the "
+                          f"epochs after which the lr is multiplied by gamma: set them (e.g. "
+                          f"[{max(1, training['epochs'] // 2)}]) or use schedule cosine or constant")
+
+
+def _refuse_large_batch(images: int, side: int, what: Callable[[], str], run: str) -> None:
+    """Refuse a batch of ``images`` RGB images of ``side``² px beyond :data:`MAX_BATCH_VALUES` input values;
+    ``what()`` names the keys that set it (built only then)."""
+    values = images * 3 * side * side
+    if values > MAX_BATCH_VALUES:
+        raise ConfigError(f"{what()} ({run}) make a batch of {values:,} input values, beyond the {MAX_BATCH_VALUES:,} "
+                          f"that one tensor may hold (torch's 32-bit-indexed kernels): lower the batch or the image "
+                          f"size")
+
+
+def _check_batch_sizes(training: Mapping[str, Any], origin: Callable[[str], str], run: str) -> None:
+    """A training batch (P × K images of ``train_crop``²) and an embedding batch (``eval_batch_size`` images of
+    ``test_crop``²) fit in one tensor (:func:`_refuse_large_batch`)."""
+    sampler, image = training["sampler"], training["image"]
+    _refuse_large_batch(sampler["classes_per_batch"] * sampler["images_per_class"], image["train_crop"], lambda: (
+        f"{origin('sampler.classes_per_batch')} × {origin('sampler.images_per_class')} = "
+        f"{sampler['classes_per_batch']} × {sampler['images_per_class']} images of {origin('image.train_crop')} = "
+        f"{image['train_crop']} px"), run)
+    _refuse_large_batch(training["eval_batch_size"], image["test_crop"], lambda: (
+        f"{origin('eval_batch_size')} = {training['eval_batch_size']} images of {origin('image.test_crop')} = "
+        f"{image['test_crop']} px"), run)
+
+
+def check_run_training(config: Mapping[str, Any], dataset: str, method: str, recipe: str | None,
+                       training: Mapping[str, Any]) -> None:
+    """The cross-key rules of one run's resolved ``training`` (the schema checks each key alone): image sizes
+    and crop range, epochs for the recipe, the step schedule's milestones, batch sizes.
+
+    Raises:
+        ConfigError: naming the parameter that sets the value (:func:`training_origin`), the run and the fix.
+    """
+    def origin(key: str) -> str:
+        return training_origin(config, dataset, method, key)
+
+    run = f"run {dataset}/{method}"
+    _check_image(training["image"], origin, run)
+    if has_training(config, method):
+        _check_epochs(training, recipe, origin, run)
+    _check_schedule(training, origin, run)
+    _check_batch_sizes(training, origin, run)
 
 
 def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int) -> dict[str, Any]:
@@ -532,7 +633,7 @@ def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int)
     method_config = resolve_method(config, method, dataset)
     training = deep_merge(section(config, "training"), dataset_config.get("training", {}))
     training = deep_merge(training, method_config.get("training", {}))
-    _check_test_crop(training["image"], f"run {dataset}/{method}")
+    check_run_training(config, dataset, method, method_config.get("recipe"), training)
     return {
         "dataset": dataset,
         "dataset_config": {k: v for k, v in dataset_config.items() if k != "training"},

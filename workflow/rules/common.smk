@@ -19,27 +19,40 @@ from dmlbench.config import (
 from dmlbench.evaluation.ensemble import member_seeds
 from dmlbench.methods.validation import check_planned_methods
 from dmlbench.names import one_of
+from dmlbench.workflow_checks import check_no_future_dated_files, check_one_configfile_option, overrides_overlay
 
 # Every rule calls the same CLI with the same parameter files Snakemake read, from the
 # environment that runs Snakemake (so `.venv/bin/snakemake` works without activating it).
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+# Snakemake keeps only the last of several --configfile options: refuse them rather than drop overlays.
+check_one_configfile_option(sys.argv)
 # Snakemake lists the Snakefile's `configfile:` (params.yaml) AFTER the --configfile overlays, but
 # overlays must win: pass params.yaml first, then the overlays in their command-line order.
 BASE_CONFIG = "params.yaml"
 OVERLAYS = [path for path in workflow.configfiles if Path(path).resolve() != Path(BASE_CONFIG).resolve()]
+# the command line's `--config KEY=VALUE` only (Snakemake's overwrite_config also holds the overlays' raw
+# content, without their experiments files: merge_params reads those)
+OVERRIDES = dict(workflow.config_settings.config)
+CONFIG_SOURCE = "snakemake config (params.yaml + experiments + overlays" + (" + --config)" if OVERRIDES else ")")
 
 # Snakemake merged params.yaml and the overlays but knows nothing of params.yaml's experiments files:
 # `config` becomes what the CLI reads (params.yaml, its experiments files, the overlays), with the
 # command line's `--config KEY=VALUE` last as before. In place: the rules hold this very mapping.
-_merged = deep_merge(merge_params([BASE_CONFIG, *OVERLAYS]), workflow.config_settings.overwrite_config or {})
+_merged = deep_merge(merge_params([BASE_CONFIG, *OVERLAYS]), OVERRIDES)
 config.clear()
 config.update(_merged)
-validate_config(config, source="snakemake config (params.yaml + experiments + overlays)")
+validate_config(config, source=CONFIG_SOURCE)
 # every planned run's recipe, options, loss and backbone name, so that `snakemake -n` catches them
-check_planned_methods(config, source="snakemake config (params.yaml + experiments + overlays)")
+check_planned_methods(config, source=CONFIG_SOURCE)
+# The commands read files only: the `--config KEY=VALUE` overrides become a generated overlay, passed last,
+# so that the jobs run with the very configuration Snakemake planned (and decided reruns) with.
+OVERRIDES_OVERLAY = overrides_overlay(OVERRIDES)
 # shell-quoted: an overlay path with a space or a quote must not split (the shell would fail the job
 # after Snakemake has already removed its old outputs)
-CONFIG_ARGS = " ".join(f"--config {shlex.quote(str(path))}" for path in [BASE_CONFIG, *OVERLAYS])
+CONFIG_ARGS = " ".join(f"--config {shlex.quote(str(path))}"
+                       for path in [BASE_CONFIG, *OVERLAYS, *([OVERRIDES_OVERLAY] if OVERRIDES_OVERLAY else [])])
+# a file dated in the future would make finished outputs look out of date: stop before any job runs
+check_no_future_dated_files()
 DMLBENCH = "dmlbench"
 RUN_DIR = "results/runs/{dataset}/{method}/seed{seed}"
 

@@ -1,5 +1,6 @@
-# prepare: a dataset (generated, a local copy, or the official archives) → data/prepared/<dataset>/
-# with manifest.csv.
+# prepare: a dataset (generated, a local copy, the official archives, or your own image folder or CSV:
+# kind folder / manifest) → data/prepared/<dataset>/ with manifest.csv. A local copy or your own files are
+# not inputs (Snakemake does not watch them): after changing them, `--forcerun data/prepared/<dataset>`.
 
 
 def dataset_archives(wildcards):

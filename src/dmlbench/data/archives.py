@@ -1,13 +1,13 @@
 """Safe extraction of tar (plain, gz, bz2, xz) and zip archives.
 
 Every member is checked before anything is written: absolute paths, ``..``
-components, links whose target leaves the destination, and device/FIFO
-members are refused with :class:`UnsafeArchiveError` naming the archive and
-the member (path traversal, "zip slip"). Tar members are then extracted with
-Python's ``data`` filter as a second line of defence. Extraction goes to a
-temporary folder inside the destination whose top-level entries are then
-renamed into place, so an interrupted extraction leaves no half-written tree
-under its final name.
+components, links whose target leaves the destination, device/FIFO members
+(path traversal, "zip slip") and a file path that two members write are
+refused with :class:`UnsafeArchiveError` naming the archive and the member.
+Tar members are then extracted with Python's ``data`` filter as a second line
+of defence. Extraction goes to a temporary folder inside the destination whose
+top-level entries are then renamed into place, so an interrupted extraction
+leaves no half-written tree under its final name.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar", ".tgz", ".tar.gz", ".tar.bz2", ".tb
 
 
 class UnsafeArchiveError(DmlbenchError, ValueError):
-    """An archive member would be written outside the destination folder."""
+    """An archive member would be written outside the destination folder, or over another member."""
 
 
 def is_archive(path: str | os.PathLike[str]) -> bool:
@@ -90,7 +90,7 @@ def _reading(archive: Path) -> Iterator[None]:
 
 
 def check_archive(archive: str | os.PathLike[str]) -> None:
-    """Raise :class:`UnsafeArchiveError` for the first unsafe member of ``archive``
+    """Raise :class:`UnsafeArchiveError` for the first unsafe or repeated member of ``archive``
     (:class:`DamagedArchiveError` when it cannot be read)."""
     archive = Path(archive)
     with _reading(archive):
@@ -102,9 +102,25 @@ def _check_members(archive: Path) -> None:
         with zipfile.ZipFile(archive) as zf:
             problems = ((info.filename, _escapes(info.filename)) for info in zf.infolist())
             _raise_first(archive, problems)
+            _refuse_repeated(archive, [info.filename for info in zf.infolist() if not info.is_dir()])
     else:
         with tarfile.open(archive, "r:*") as tf:
             _raise_first(archive, ((m.name, _check_tar_member(m)) for m in tf.getmembers()))
+            _refuse_repeated(archive, [m.name for m in tf.getmembers() if not m.isdir()])
+
+
+def _refuse_repeated(archive: Path, names: list[str]) -> None:
+    """Refuse a file (or link) path that two members of ``archive`` write: the later would silently replace
+    the earlier, so which content a dataset gets would depend on member order. Paths are compared as written
+    to disk (``a//b``, ``./a/b`` and ``a/b`` are one file)."""
+    seen: set[str] = set()
+    for name in names:
+        path = str(PurePosixPath(name.replace("\\", "/")))
+        if path in seen:
+            raise UnsafeArchiveError(
+                f"{archive}: member {name!r} appears more than once; extracting would keep only the last copy. "
+                f"The archive is damaged or not the official one; delete it and download it again.")
+        seen.add(path)
 
 
 def _raise_first(archive: Path, problems) -> None:

@@ -21,6 +21,7 @@ jobs build it once and a killed build leaves nothing that looks complete.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -167,6 +168,29 @@ def _fill(job: tuple[str, Sequence[str], np.ndarray, int]) -> None:
     pixels.flush()
 
 
+def reserve(path: Path, size: int) -> None:
+    """Create ``path`` with ``size`` bytes allocated on disk (``posix_fallocate``), not a sparse file: the
+    decoders fill it through a memory map, where a full disk would kill them with SIGBUS and no message.
+    A file system that cannot preallocate gets a sparse file, as before.
+
+    Raises:
+        ImageStoreError: the disk (or the process's file-size limit) cannot hold ``size`` bytes, naming the
+            folder, the size and the fix.
+    """
+    with open(path, "wb") as handle:
+        try:
+            os.posix_fallocate(handle.fileno(), 0, size)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                handle.truncate(size)
+                return
+            free = shutil.disk_usage(path.parent).free
+            raise ImageStoreError(
+                f"no space left for the decoded-image store in {path.parent}: it needs {size / 2**30:.2f} GB, "
+                f"{free / 2**30:.2f} GB are free ({err.strerror}); free {max(size - free, 0) / 2**30:.2f} GB "
+                f"there, or point DMLBENCH_IMAGE_STORE at a disk with room") from err
+
+
 def _build(folder: Path, paths: Sequence[str], short_side: int, workers: int) -> None:
     """Decode every image into a temporary sibling of ``folder``, then rename it into place. Called under
     the store's lock, so a temporary folder of the same store left by a killed build is swept first."""
@@ -178,8 +202,7 @@ def _build(folder: Path, paths: Sequence[str], short_side: int, workers: int) ->
     try:
         total = int(index[-1, 0] + index[-1, 1] * index[-1, 2] * 3) if len(paths) else 0
         pixel_file = temporary / "pixels.u8"
-        with open(pixel_file, "wb") as handle:
-            handle.truncate(max(total, 1))
+        reserve(pixel_file, max(total, 1))
         print(f"[dmlbench] decoding {len(paths)} images at short side {short_side} px into {folder} "
               f"({total / 2**30:.2f} GiB, once for every run of this dataset)", file=sys.stderr, flush=True)
         shares = [(str(pixel_file), paths[i::workers], index[i::workers], short_side) for i in range(workers)]

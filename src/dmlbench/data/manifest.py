@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +40,8 @@ from dmlbench.errors import DmlbenchError
 SPLITS: tuple[str, ...] = ("train", "val", "test", "query", "gallery")
 REQUIRED_COLUMNS: tuple[str, ...] = ("path", "label", "class_name", "split")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("bbox",)
+#: smallest and largest class id: labels are stored and compared as int64.
+LABEL_RANGE: tuple[int, int] = (int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max))
 
 
 class ManifestError(DmlbenchError, ValueError):
@@ -54,15 +58,38 @@ def _file_lines(rows: np.ndarray, limit: int = 5) -> str:
 TRAINING_SPLITS: tuple[str, ...] = ("train", "val")
 
 
+def _exact_integer(cell: Any) -> int | None:
+    """A label cell as the exact integer it writes (``"7"``, ``7``, ``"7.0"``, however large), or None for text,
+    a blank, a fraction or a non-finite number.
+
+    >>> _exact_integer("99999999999999999999"), _exact_integer(" 7.0 "), _exact_integer("1.5"), _exact_integer("")
+    (99999999999999999999, 7, None, None)
+    """
+    try:
+        number = Decimal(str(cell).strip())
+    except InvalidOperation:
+        return None
+    return int(number) if number.is_finite() and number == number.to_integral_value() else None
+
+
 def _integer_labels(column: pd.Series, source: str | os.PathLike[str]) -> pd.Series:
-    """``column`` as int64, refusing text, blanks and fractions (which a plain cast would truncate)."""
+    """``column`` as int64, refusing text, blanks and fractions (which a plain cast would truncate) and class ids
+    outside int64 (which a cast would wrap, merging classes). Each cell is read exactly, never through a float."""
     numbers = pd.to_numeric(column, errors="coerce")
-    bad = (numbers.isna() | (numbers != np.floor(numbers))).to_numpy()
-    if bad.any():
-        first = np.flatnonzero(bad)
-        raise ManifestError(f"{source}: column 'label' must hold integer class ids; line(s) {_file_lines(first)} "
-                            f"hold {column.iloc[first[0]]!r}. Re-run `dmlbench prepare <dataset>`.")
-    return numbers.astype(np.int64)
+    if numbers.dtype.kind == "i":  # every cell an integer within int64, parsed exactly
+        return numbers.astype(np.int64)
+    values = [_exact_integer(cell) for cell in column]
+    bad = np.flatnonzero([value is None for value in values])
+    if len(bad):
+        raise ManifestError(f"{source}: column 'label' must hold integer class ids; line(s) {_file_lines(bad)} "
+                            f"hold {column.iloc[bad[0]]!r}. Re-run `dmlbench prepare <dataset>`.")
+    low, high = LABEL_RANGE
+    outside = np.flatnonzero([not low <= value <= high for value in values])
+    if len(outside):
+        raise ManifestError(f"{source}: column 'label' holds {column.iloc[outside[0]]} on line(s) "
+                            f"{_file_lines(outside)}, outside the 64-bit range of class ids ({low} to {high}); "
+                            f"number the classes from 0. Re-run `dmlbench prepare <dataset>`.")
+    return pd.Series(np.array(values, dtype=np.int64), index=column.index, name=column.name)
 
 
 def _check_disjoint_classes(labels: pd.Series, splits: pd.Series, source: str | os.PathLike[str]) -> None:
@@ -172,8 +199,8 @@ def read_manifest(path: str | os.PathLike[str]) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise ManifestError(f"{path}: manifest not found. Run `dmlbench prepare <dataset>` first.")
-    frame = pd.read_csv(path, dtype={"path": str, "class_name": str, "split": str, "bbox": str},
-                        keep_default_na=False)
+    frame = pd.read_csv(path, dtype={"path": str, "label": str, "class_name": str, "split": str, "bbox": str},
+                        keep_default_na=False)  # labels as text: validate reads each exactly
     frame = validate(frame, source=path)
     root = path.parent.resolve()
     frame["path"] = [p if os.path.isabs(p) else str(root / p) for p in frame["path"]]

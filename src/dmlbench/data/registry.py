@@ -30,6 +30,9 @@ PREPARER_MODULES: dict[str, str] = {
     "sop": "dmlbench.data.sop",
     "inshop": "dmlbench.data.inshop",
     "vehicleid": "dmlbench.data.vehicleid",
+    # your own images: an image folder root/<class>/<image>, or a CSV path,label[,split] (docs/datasets.md)
+    "folder": "dmlbench.data.byo",
+    "manifest": "dmlbench.data.byo",
 }
 #: written into an output folder by a finished ``prepare``: the folder is dmlbench's to rewrite.
 OWNER_MARKER = ".dmlbench-prepared"
@@ -71,15 +74,21 @@ def prepare_dataset(config: Mapping[str, Any], out_dir: str | Path) -> Path:
     """
     kind = config.get("kind")
     if kind not in PREPARER_MODULES:
-        raise KeyError(
-            f"datasets.*.kind = {kind!r} is not a known dataset kind; known: {sorted(PREPARER_MODULES)}"
-        )
+        from dmlbench.catalog import did_you_mean
+        from dmlbench.data.official import DatasetConfigError
+
+        raise DatasetConfigError(f"datasets.*.kind = {kind!r} is not a known dataset kind"
+                                 f"{did_you_mean(str(kind), PREPARER_MODULES)}; known: {sorted(PREPARER_MODULES)}")
     module = importlib.import_module(PREPARER_MODULES[kind])
     out_dir = Path(out_dir)
     from dmlbench.data.official import source_folder
 
-    # a generated dataset (synthetic) has no INFO and no source folder
-    check_out_dir(out_dir, source_folder(config, module.INFO) if hasattr(module, "INFO") else None)
+    # your own dataset names its folder or CSV (source_path); a generated one (synthetic) has no INFO and no source
+    if hasattr(module, "source_path"):
+        source = module.source_path(config)
+    else:
+        source = source_folder(config, module.INFO) if hasattr(module, "INFO") else None
+    check_out_dir(out_dir, source)
     with atomic_folder(out_dir) as build:
         manifest = module.prepare(config, build)
         (build / OWNER_MARKER).touch()

@@ -44,3 +44,21 @@ def carve_validation(frame: pd.DataFrame, fraction: float, seed: int) -> pd.Data
     val_classes = np.random.default_rng(seed).choice(train_classes, size=n_val, replace=False)
     out.loc[(out["split"] == "train") & out["label"].isin(val_classes), "split"] = "val"
     return out
+
+
+def cap_images_per_class(rows: pd.DataFrame, per_class: int | None) -> pd.DataFrame:
+    """The first ``per_class`` rows of each label, in file order (None: every row).
+
+    A short configuration evaluates on fewer images per class with the same classes: every method
+    and seed sees the same rows, so paired comparisons stay paired.
+
+    >>> r = pd.DataFrame({"label": [0, 1, 0, 0, 1]})
+    >>> cap_images_per_class(r, 2).index.tolist(), len(cap_images_per_class(r, None))
+    ([0, 1, 2, 4], 5)
+    """
+    if per_class is None:
+        return rows
+    if per_class < 2:
+        raise ManifestError(f"training.eval_images_per_class must be at least 2 (a query needs a "
+                            f"same-class neighbour), got {per_class}")
+    return rows[rows.groupby("label", sort=False).cumcount() < per_class]

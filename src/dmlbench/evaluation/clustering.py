@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import faiss
 import numpy as np
-from sklearn.metrics import normalized_mutual_info_score
 
 _FAISS_MAX_SEED = 2**31 - 1
 
@@ -108,5 +107,8 @@ def clustering_nmi(embeddings: np.ndarray, labels: np.ndarray, settings: KMeansS
     >>> clustering_nmi(x, np.array([3, 3, 7, 7]), KMeansSettings(niter=10))
     (1.0, 3.0)
     """
+    # here: importing sklearn costs a second
+    from sklearn.metrics import normalized_mutual_info_score
+
     fit = kmeans_fit(embeddings, len(np.unique(labels)), settings)
     return float(normalized_mutual_info_score(labels, fit.assignment, average_method="arithmetic")), fit.iterations

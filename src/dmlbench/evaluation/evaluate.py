@@ -16,6 +16,7 @@ from dmlbench.evaluation.validation import (
     check_embeddings,
     check_labels,
     check_learner_slices,
+    check_not_collapsed,
     check_positive,
     check_recall_ks,
     check_split,
@@ -160,7 +161,9 @@ def evaluate_views(
         reached a fixed point.
 
     Raises:
-        ValueError: an input is malformed (the message says which and how).
+        ValueError: an input is malformed (the message says which and how);
+            :class:`~dmlbench.evaluation.validation.CollapsedEmbeddingsError` when every database row is the
+            same vector (a collapsed model: the metrics would only reflect the order of the rows).
         TypeError: embeddings, labels or learner_slices have the wrong dtype.
     """
     x = check_embeddings(embeddings)
@@ -172,6 +175,7 @@ def evaluate_views(
     check_positive(chunk_size, "chunk_size")
     check_positive(num_threads, "num_threads", optional=True)
     task = build_task(y, query_mask)
+    check_not_collapsed(x, task.database_rows)
     ks = check_recall_ks(recall_ks, task.database_size)
 
     metrics: dict[str, float] = {}
@@ -209,7 +213,9 @@ def recall_at_k(
     Without ``split`` each item queries all others (itself excluded by index);
     with ``split`` ((N,) 'query'/'gallery') queries search the gallery, as in
     :func:`evaluate_embeddings`. Queries whose class has no other item in the
-    database are left out.
+    database are left out. Unlike :func:`evaluate_views` it scores identical rows
+    (an epoch of a collapsed model scores by tie-breaking, so a training run goes on
+    to its own checks); the final evaluation refuses them.
 
     Args:
         embeddings: (N, d) float, finite; Euclidean distances on these vectors.

@@ -25,6 +25,12 @@ class EmbeddingsFileError(DmlbenchError, ValueError):
     """An embeddings file cannot be read or lacks its keys; the message names the file."""
 
 
+def repeated_members(archive: np.lib.npyio.NpzFile) -> list[str]:
+    """Array names that an ``.npz`` archive holds more than once: numpy reads only one of them (the last
+    written), so the file says two things and a reader would silently take one."""
+    return [name for name in dict.fromkeys(archive.files) if archive.files.count(name) > 1]
+
+
 def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
     """Arrays of an embeddings file, keyed like the arguments of :func:`evaluate_embeddings`.
 
@@ -36,7 +42,7 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
     Raises:
         FileNotFoundError: no such file.
         EmbeddingsFileError: not an .npz archive, a required key is missing, a key is unknown or
-            an array cannot be read; the message names the file and the key.
+            repeated, or an array cannot be read; the message names the file and the key.
     """
     path = Path(path)
     if not path.is_file():
@@ -51,6 +57,11 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
         raise EmbeddingsFileError(f"{path}: holds a single array (.npy), not an .npz archive with the keys "
                                   f"{REQUIRED_KEYS}; write it with numpy.savez(path, embeddings=..., labels=...)")
     with archive:
+        repeated = repeated_members(archive)
+        if repeated:
+            raise EmbeddingsFileError(f"{path}: holds the array {repeated[0]!r} more than once (a zip member "
+                                      f"written twice); numpy would read only one of them. Re-create the file "
+                                      f"with `dmlbench embed` (or one numpy.savez call)")
         keys = set(archive.files)
         unknown = sorted(keys - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
         if unknown:

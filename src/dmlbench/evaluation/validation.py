@@ -15,6 +15,8 @@ SPLIT_VALUES = ("query", "gallery")
 #: Largest |value| accepted in an embedding: squared distances of 512-d rows stay far from float32's
 #: overflow (3.4e38), where faiss' K-means aborts the process.
 MAX_ABS_EMBEDDING = 1.0e15
+#: Largest class id: labels are compared as int64.
+INT64_MAX = np.iinfo(np.int64).max
 
 
 class EvaluationInputError(DmlbenchError, ValueError):
@@ -23,6 +25,10 @@ class EvaluationInputError(DmlbenchError, ValueError):
 
 class EvaluationInputTypeError(DmlbenchError, TypeError):
     """An evaluation input has the wrong dtype."""
+
+
+class CollapsedEmbeddingsError(EvaluationInputError):
+    """Every embedding a query is ranked against is the same vector: the model collapsed to one point."""
 
 
 def check_embeddings(embeddings: np.ndarray) -> np.ndarray:
@@ -60,12 +66,35 @@ def check_labels(labels: np.ndarray, num_rows: int) -> np.ndarray:
         raise EvaluationInputTypeError(f"labels must be integers, got dtype {array.dtype}")
     if len(array) != num_rows:
         raise EvaluationInputError(f"labels has {len(array)} entries but embeddings has {num_rows} rows")
+    if array.dtype.kind == "u" and len(array) and array.max() > INT64_MAX:
+        row = int(np.argmax(array > INT64_MAX))
+        raise EvaluationInputError(f"labels row {row} holds {array[row]}, beyond {INT64_MAX}, the largest class id "
+                                   f"(int64) the evaluation compares; number the classes from 0 (as prepare does)")
     if len(np.unique(array)) < 2:
         raise EvaluationInputError(
             f"labels hold a single class ({array[0]}): every neighbour is a match and every clustering is "
             f"perfect, so Recall@K, MAP@R and NMI would all read 1.0; evaluate a split with at least 2 classes"
         )
     return array.astype(np.int64)
+
+
+def check_not_collapsed(embeddings: np.ndarray, database_rows: np.ndarray | None) -> None:
+    """The database (``database_rows`` of ``embeddings``; None: every row) holds at least two distinct vectors:
+    were they all one vector, every distance would tie, and Recall@K, MAP@R and NMI would only reflect the order
+    of the rows. Near-identical but distinct rows are fine.
+
+    Raises:
+        CollapsedEmbeddingsError: saying how many rows are identical and that the model collapsed.
+    """
+    database = embeddings if database_rows is None else embeddings[database_rows]
+    if len(database) < 2 or np.ptp(database, axis=0).any():
+        return
+    which = "embeddings" if database_rows is None else "gallery embeddings"
+    value = "all zero" if not database[0].any() else "one and the same vector"
+    raise CollapsedEmbeddingsError(
+        f"all {len(database):,} {which} are identical ({value}): the model collapsed to one point, so every "
+        f"neighbour ties and Recall@K would only reflect the order of the rows. Retrain it (e.g. a lower lr) "
+        f"and check its training log, or re-create the file if it was written wrongly")
 
 
 def check_split(split: np.ndarray | None, num_rows: int) -> np.ndarray | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from pytorch_metric_learning.losses import MarginLoss as PMLMarginLoss
 from torch import Tensor, nn
 
 from .checks import check_batch, check_labels_in_range, check_positive
@@ -190,6 +189,9 @@ class DistanceWeightedMarginLoss(nn.Module):
         self.class_specific_beta = class_specific_beta
         self.cutoff = cutoff
         self.nonzero_loss_cutoff = nonzero_loss_cutoff
+        # imported here: pytorch_metric_learning costs half a second, and every run imports this module
+        from pytorch_metric_learning.losses import MarginLoss as PMLMarginLoss
+
         self.pml_loss = PMLMarginLoss(
             margin=margin,
             nu=nu,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pytorch_metric_learning.losses import NormalizedSoftmaxLoss as PMLNormalizedSoftmaxLoss
 from torch import Tensor, nn
 
 from .checks import check_batch, check_fraction, check_labels_in_range, check_positive
@@ -48,6 +47,9 @@ class NormalizedSoftmaxLoss(nn.Module):
         check_fraction("label_smoothing", label_smoothing)
         self.num_classes = num_classes
         self.label_smoothing = label_smoothing
+        # imported here: pytorch_metric_learning costs half a second, and every run imports this module
+        from pytorch_metric_learning.losses import NormalizedSoftmaxLoss as PMLNormalizedSoftmaxLoss
+
         self.pml_loss = PMLNormalizedSoftmaxLoss(num_classes, embedding_dim, temperature=temperature)
 
     @property

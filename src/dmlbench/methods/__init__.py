@@ -1,13 +1,20 @@
-"""Method registry: ``methods.<name>.recipe`` → :class:`Recipe` subclass (imported on first use)."""
+"""Method registry: ``methods.<name>.recipe`` → :class:`Recipe` subclass (imported on first use).
+
+Importing this package imports no torch (checking the parameters needs only :data:`RECIPES` and
+:func:`recipe_test_time_options`); :class:`Recipe` and :class:`TrainContext` come from :mod:`.base` on
+first use.
+"""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dmlbench.methods.base import Recipe, TrainContext
 from dmlbench.methods.options import OptionsError, parse_options
+
+if TYPE_CHECKING:
+    from dmlbench.methods.base import Recipe, TrainContext
 
 #: recipe name → ``module:class``; a recipe module is imported only when a run uses it.
 RECIPES: dict[str, str] = {
@@ -20,11 +27,38 @@ RECIPES: dict[str, str] = {
     "reference": "dmlbench.methods.reference:ReferenceRecipe",
 }
 
+#: recipe name → its ``TEST_TIME_OPTIONS`` (the options that change only how a trained model embeds), stated
+#: here so that validating the parameters imports no recipe module; each class reads its entry (none: no such
+#: options).
+RECIPE_TEST_TIME_OPTIONS: dict[str, frozenset[str]] = {
+    "mpn": frozenset({"test_embedding", "test_batches", "rknn_k", "rknn_alpha", "test_batch_size", "test_chunk_size",
+                      "test_chunks_per_batch", "kmeans_images_per_cluster", "test_seed"}),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`Recipe` and :class:`TrainContext`, imported from :mod:`.base` (and torch) on first use."""
+    if name in ("Recipe", "TrainContext"):
+        from dmlbench.methods import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _check_known(name: str) -> None:
+    if name not in RECIPES:
+        raise KeyError(f"recipe {name!r} is unknown; known: {sorted(RECIPES)}")
+
+
+def recipe_test_time_options(name: str) -> frozenset[str]:
+    """``recipe_class(name).TEST_TIME_OPTIONS`` without importing the recipe; unknown names list the known ones."""
+    _check_known(name)
+    return RECIPE_TEST_TIME_OPTIONS.get(name, frozenset())
+
 
 def recipe_class(name: str) -> type[Recipe]:
     """The :class:`Recipe` subclass registered as ``name``; unknown names list the known ones."""
-    if name not in RECIPES:
-        raise KeyError(f"recipe {name!r} is unknown; known: {sorted(RECIPES)}")
+    _check_known(name)
     module, _, cls = RECIPES[name].partition(":")
     return getattr(importlib.import_module(module), cls)
 
@@ -37,4 +71,5 @@ def build_recipe(run: Mapping[str, Any]) -> Recipe:
     return recipe_class(name)(run)
 
 
-__all__ = ["RECIPES", "OptionsError", "Recipe", "TrainContext", "build_recipe", "parse_options", "recipe_class"]
+__all__ = ["RECIPES", "RECIPE_TEST_TIME_OPTIONS", "OptionsError", "Recipe", "TrainContext", "build_recipe",
+           "parse_options", "recipe_class", "recipe_test_time_options"]

@@ -180,6 +180,11 @@ class ABERecipe(Recipe):
                 f"training.embedding_dim = {dim} is not divisible by {self.where}.learners = {learners}: "
                 f"each learner gets embedding_dim / learners dimensions"
             )
+        warmup, epochs = self.options.divergence_warmup_epochs, self.training["epochs"]
+        if warmup > 0 and warmup >= epochs:
+            raise ValueError(f"{self.where}.divergence_warmup_epochs = {warmup} is not below training.epochs = "
+                             f"{epochs}: λ_div would never reach divergence_weight = "
+                             f"{self.options.divergence_weight}; shorten the warm-up (0: none)")
         self.learner_dim = dim // learners
         self._sums: dict[str, float] = {}
         self._batches = 0

@@ -46,6 +46,7 @@ from torch import nn
 from dmlbench.data.stored_dataset import ImageSet
 from dmlbench.evaluation.clustering import KMeansSettings, kmeans_assignments
 from dmlbench.losses.mpn_cross_entropy import MPNCrossEntropyLoss, MPNLossConfig
+from dmlbench.methods import RECIPE_TEST_TIME_OPTIONS
 from dmlbench.methods.base import Recipe, TrainContext
 from dmlbench.methods.health import HEALTH_PREFIX, HealthCheck
 from dmlbench.methods.mpn_batches import (
@@ -185,9 +186,7 @@ class MPNRecipe(Recipe):
     """Backbone + MPN trained with cross-entropy on refined features (+ auxiliary CE); see the module doc."""
 
     options_class = MPNOptions
-    TEST_TIME_OPTIONS = frozenset({"test_embedding", "test_batches", "rknn_k", "rknn_alpha", "test_batch_size",
-                                   "test_chunk_size", "test_chunks_per_batch", "kmeans_images_per_cluster",
-                                   "test_seed"})
+    TEST_TIME_OPTIONS = RECIPE_TEST_TIME_OPTIONS["mpn"]
 
     def __init__(self, run: dict[str, Any]):
         super().__init__(run)

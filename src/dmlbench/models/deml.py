@@ -87,7 +87,7 @@ class DeMLNetwork(nn.Module):
 
     def __init__(self, backbones: Sequence[StagedBackbone], embedding_dim: int, num_cams: int, cam_after: str,
                  cam_hidden: int, cam_pooled: bool, oam_layers: Sequence[str], oam_iterations: int,
-                 oam_variant: str, share_learners: bool = True, freeze_bn: bool = False,
+                 oam_variant: str, share_learners: bool = False, freeze_bn: bool = False,
                  cam_init: str = "identity"):
         super().__init__()
         if not backbones:
@@ -137,13 +137,14 @@ class DeMLNetwork(nn.Module):
         width = self.learners_per_scale * self.learner_dim
         return [(i * width, (i + 1) * width) for i in range(self.num_scales)]
 
-    def _learner(self, scale: int, branch: int) -> nn.Linear:
+    def learner(self, scale: int, branch: int) -> nn.Linear:
+        """The linear layer of CA learner ``branch`` of ``scale`` (one per scale when shared)."""
         return self.learners[scale][0 if self.share_learners else branch]
 
     def learner_weights(self) -> list[Tensor]:
         """The (w, d1) weight matrix ω_ij of every learner (i, j), scale-major (a shared matrix
         appears once per learner that uses it)."""
-        return [self._learner(i, j).weight for i in range(self.num_scales) for j in range(self.learners_per_scale)]
+        return [self.learner(i, j).weight for i in range(self.num_scales) for j in range(self.learners_per_scale)]
 
     def train(self, mode: bool = True) -> "DeMLNetwork":
         super().train(mode)
@@ -171,7 +172,7 @@ class DeMLNetwork(nn.Module):
             if name in self.oam_layers:
                 oam_maps.append(x.view(branches, batch, *x.shape[1:]))
         pooled = x.view(branches, batch, -1)
-        embeddings = torch.stack([self._learner(scale, j)(pooled[j]) for j in range(branches)])
+        embeddings = torch.stack([self.learner(scale, j)(pooled[j]) for j in range(branches)])
         return ScalePass(embeddings, oam_maps, cam_maps)
 
     @torch.no_grad()

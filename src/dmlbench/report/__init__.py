@@ -11,14 +11,37 @@
 - :mod:`.build` — :func:`build_report`, what the CLI calls.
 """
 
-from .build import Report, build_report
-from .caption import Varying, caption_text, merge_settings
-from .collect import ReportInputError, RunDir, aggregate_over_seeds, collect_runs, load_logs
-from .latex import escape_latex, render_comparison_table, write_table
-from .paper_numbers import PaperNumbersError, load_paper_numbers
-from .plots import plot_recall_at_k, plot_training_curves
-from .spec import TableSpec
-from .summary import CELL_COLUMNS, read_cells_csv, render_markdown, render_text, summarise
+from importlib import import_module
+from typing import Any
+
+#: each public name → the submodule that defines it, imported on first use: importing one submodule (e.g.
+#: :mod:`.figures` or :mod:`.claims`, whose checks run with every parameter validation) imports neither the
+#: others nor matplotlib.
+_EXPORTS = {
+    "Report": "build", "build_report": "build",
+    "Varying": "caption", "caption_text": "caption", "merge_settings": "caption",
+    "ReportInputError": "collect", "RunDir": "collect", "aggregate_over_seeds": "collect", "collect_runs": "collect",
+    "load_logs": "collect",
+    "escape_latex": "latex", "render_comparison_table": "latex", "write_table": "latex",
+    "PaperNumbersError": "paper_numbers", "load_paper_numbers": "paper_numbers",
+    "plot_recall_at_k": "plots", "plot_training_curves": "plots",
+    "TableSpec": "spec",
+    "CELL_COLUMNS": "summary", "read_cells_csv": "summary", "render_markdown": "summary", "render_text": "summary",
+    "summarise": "summary",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "CELL_COLUMNS",

@@ -87,7 +87,7 @@ def build_report(
         table_path: the ``.tex`` output (one ``table``/``table*`` environment); the ``.csv``, ``.md`` and
             ``.html`` go beside it.
         curves_png: training loss and validation R@1 per epoch.
-        recall_png: Recall@K against K.
+        recall_png: Recall@K against K (the table's means and confidence intervals).
         label: LaTeX ``\\label`` of the table.
         references: add the primary paper numbers of the table's methods and datasets.
         log_runs: the runs whose ``log.csv`` the training-curves plot reads (default: all;
@@ -120,5 +120,5 @@ def build_report(
         write_text_atomic(tmp[".md"], markdown)
         write_html_page(tmp[".html"], markdown, title=table_path.stem)
         plot_training_curves(logs, tmp["training-curves plot"], spec)
-        plot_recall_at_k(results, spec, tmp["Recall@K plot"])
+        plot_recall_at_k(cells, spec, tmp["Recall@K plot"])
     return Report(cells, dead)

@@ -13,7 +13,9 @@ may be one method's two keys (e.g. DeML's finest scale against its coarsest). A 
 
 Each claim names what the paper printed (``reported``, with its table or figure) and the seeds
 (``claims.seeds`` when set, else the item's ``seeds``, else the top-level ``seeds``: those of the
-table whose runs it reuses, so the claims train nothing of their own).
+table whose runs it reuses, so the claims train nothing of their own). ``claims.skip`` lists ids
+that a configuration does not run (with ``claims.skip_reason``): their rows stay in the table, marked
+*not run*, and none of their runs is required.
 
 **Verdict: the project's paired seed × query bootstrap** (:mod:`.significance`, the tables' own
 test). Both sides' values are resampled with the *same* draws of seed slots (matched by seed index)
@@ -72,8 +74,10 @@ from .spec import TABLE_SUFFIXES
 from .summary import per_query_block
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
+#: The verdict of a claim that ``claims.skip`` leaves out.
+NOT_RUN = "not run"
 #: The verdicts, in the order the CLI counts them.
-VERDICTS = (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
+VERDICTS = (SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN)
 #: Coverage of the difference's interval: the two one-sided tests at α read its ends.
 DIFFERENCE_CONFIDENCE = 1.0 - 2.0 * ALPHA
 
@@ -92,6 +96,7 @@ class Claim:
         lower_metric: the lower side's key (defaults to ``metric`` in :func:`claims_of`).
         margin: None for an order (higher > lower); the equivalence margin (same units as the metric)
             for higher ≈ lower.
+        skipped: listed in ``claims.skip``: reported as *not run*, its runs not read.
     """
 
     id: str
@@ -105,6 +110,7 @@ class Claim:
     lower_metric: str = ""
     lower_value: float | None = None
     margin: float | None = None
+    skipped: bool = False
 
     @property
     def sides(self) -> list[tuple[str, str]]:
@@ -119,19 +125,20 @@ def claims_of(config: Mapping[str, Any]) -> tuple[str, list[Claim]]:
         return "", []
     default_seeds = tuple(config["seeds"])
     override = claims.get("seeds")
+    skip = set(claims.get("skip", []))
     return claims["dataset"], [
         Claim(id=item["id"], paper=item["paper"], claim=item["claim"], reported=item.get("reported", ""),
               metric=item.get("higher_metric", item["metric"]), higher=item["higher"], lower=item.get("lower"),
               seeds=tuple(override or item.get("seeds", default_seeds)),
               lower_metric=item.get("lower_metric", item["metric"]), lower_value=item.get("lower_value"),
-              margin=item.get("margin"))
+              margin=item.get("margin"), skipped=item["id"] in skip)
         for item in claims["items"]
     ]
 
 
 def check_claims(config: Mapping[str, Any], source: str) -> None:
-    """Cross-references of ``claims``: a known dataset, known methods, one lower side, unique ids, no table
-    named ``claims``.
+    """Cross-references of ``claims``: a known dataset, known methods, one lower side, unique ids, ``skip``
+    naming known ids, no table named ``claims``.
 
     Raises:
         ConfigError: naming ``claims.items[i].<key>`` and what is defined.
@@ -156,12 +163,16 @@ def check_claims(config: Mapping[str, Any], source: str) -> None:
                 raise ConfigError(f"{source}: claims.items[{i}].{side} = {method!r} is not defined under "
                                   f"'methods'; use one of the method names there")
             resolve_method(config, method)
+    unknown = sorted(set(config["claims"].get("skip", [])) - seen)
+    if unknown:
+        raise ConfigError(f"{source}: claims.skip names {unknown}, which are not ids of claims.items; "
+                          f"use ids listed there")
 
 
 def claim_runs(config: Mapping[str, Any], runs_dir: Path) -> list[RunDir]:
     """Every run the claims read (each once), in ``runs_dir/<dataset>/<method>/seed<k>``."""
     dataset, claims = claims_of(config)
-    keys = sorted({(method, s) for c in claims for method, _ in c.sides for s in c.seeds})
+    keys = sorted({(method, s) for c in claims if not c.skipped for method, _ in c.sides for s in c.seeds})
     return [RunDir(dataset, m, s, runs_dir / dataset / m / f"seed{s}") for m, s in keys]
 
 
@@ -271,6 +282,14 @@ def evaluate_claim(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str,
     }
 
 
+#: The numbers of a claim that ``claims.skip`` leaves out.
+NOT_RUN_NUMBERS: dict[str, Any] = {
+    "queries": 0, **{f"{side}_{name}": math.nan for side in ("higher", "lower") for name in ("mean", "ci_low", "ci_high")},
+    "difference": math.nan, "difference_low": math.nan, "difference_high": math.nan,
+    "p_not_higher": math.nan, "verdict": NOT_RUN,
+}
+
+
 def evaluate_claims(claims: Sequence[Claim], results: pd.DataFrame, runs: Sequence[RunDir],
                     dead: Mapping[str, bool], samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
     """One row per claim (:data:`CLAIM_COLUMNS`) from the long results of their runs.
@@ -285,14 +304,14 @@ def evaluate_claims(claims: Sequence[Claim], results: pd.DataFrame, runs: Sequen
     by_key = {(run.method, run.seed): run for run in runs}
     rows = []
     for claim in claims:
-        numbers = evaluate_claim(claim, results, by_key, samples)
+        numbers = NOT_RUN_NUMBERS if claim.skipped else evaluate_claim(claim, results, by_key, samples)
         rows.append({
             "id": claim.id, "paper": claim.paper, "claim": claim.claim, "reported": claim.reported,
             "kind": "≈" if claim.margin is not None else ">",
             "margin": math.nan if claim.margin is None else claim.margin, "higher": claim.higher,
             "higher_metric": claim.metric, "lower": claim.lower or "", "lower_metric": claim.lower_metric,
             "lower_value": math.nan if claim.lower_value is None else claim.lower_value,
-            "seeds": len(claim.seeds), **numbers, "higher_dead": dead.get(claim.higher, False),
+            "seeds": 0 if claim.skipped else len(claim.seeds), **numbers, "higher_dead": dead.get(claim.higher, False),
             "lower_dead": claim.lower is not None and dead.get(claim.lower, False),
         })
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
@@ -302,11 +321,15 @@ def _side_text(row: Any, side: str) -> str:
     """``mean ± half-width`` of one side (the number alone without an interval), † when dead."""
     display = metric_format(row.higher_metric if side == "higher" else row.lower_metric)
     mean, low, high = (getattr(row, f"{side}_{name}") for name in ("mean", "ci_low", "ci_high"))
+    if math.isnan(mean):
+        return "—"
     text = display.text(mean) if math.isnan(low) else f"{display.text(mean)} ± {display.text((high - low) / 2)}"
     return text + (" †" if getattr(row, f"{side}_dead") else "")
 
 
 def _difference_text(row: Any) -> str:
+    if row.verdict == NOT_RUN:
+        return "—"
     display = metric_format(row.higher_metric)
     text = display.text(row.difference)
     if not math.isnan(row.difference_low):
@@ -317,6 +340,8 @@ def _difference_text(row: Any) -> str:
 
 
 def _verdict_text(row: Any) -> str:
+    if row.verdict == NOT_RUN:
+        return f"{NOT_RUN} (claims.skip)"
     if row.seeds == 1:
         return f"{row.verdict} (1 seed{', queries only' if row.queries else ''})"
     return row.verdict
@@ -344,15 +369,20 @@ NOTE = (f"Ours: mean ± half-width of the 95 % interval of the paired seed × te
         f"(docs/methods).")
 
 
-def render_markdown(table: pd.DataFrame, dataset_label: str) -> str:
+def table_note(skip_reason: str) -> str:
+    """:data:`NOTE`, with why the *not run* claims were left out when some were (``claims.skip_reason``)."""
+    return f"{NOTE} Not run: {skip_reason}" if skip_reason else NOTE
+
+
+def render_markdown(table: pd.DataFrame, dataset_label: str, skip_reason: str = "") -> str:
     """The claims as a Markdown table with the explanatory note."""
     lines = [f"# Claims of the papers, re-measured on {dataset_label}", "",
              "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _plain_rows(table)]
-    return "\n".join([*lines, "", NOTE, ""])
+    return "\n".join([*lines, "", table_note(skip_reason), ""])
 
 
-def render_latex(table: pd.DataFrame, dataset_label: str) -> str:
+def render_latex(table: pd.DataFrame, dataset_label: str, skip_reason: str = "") -> str:
     """The claims as one booktabs ``table*`` (long text cells wrap)."""
     def tex(cell: str) -> str:
         dead = cell.endswith(" †")
@@ -362,7 +392,7 @@ def render_latex(table: pd.DataFrame, dataset_label: str) -> str:
         return text + (DEAD_MARK if dead else "")
 
     body = [" & ".join(tex(cell) for cell in row) + " \\\\" for row in _plain_rows(table)]
-    caption = f"Claims of the papers, re-measured on {escape_latex(dataset_label)}. {tex(NOTE)}"
+    caption = f"Claims of the papers, re-measured on {escape_latex(dataset_label)}. {tex(table_note(skip_reason))}"
     return "\n".join([
         "\\begin{table*}[tbp]", "\\centering", "\\small", f"\\caption{{{caption}}}", "\\label{tab:claims}",
         "\\begin{tabular}{lp{4.2cm}p{3.6cm}cccl}", "\\toprule", " & ".join(tex(h) for h in HEADER) + " \\\\",
@@ -391,10 +421,11 @@ def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
     failing = dead_cells(results, {(dataset, m): c for m, c in checks.items()})
     table = evaluate_claims(claims, results, runs, {method: True for _, method in failing})
     label = config["datasets"][dataset].get("label", dataset)
+    skip_reason = config["claims"].get("skip_reason", "") if any(claim.skipped for claim in claims) else ""
     with atomic_outputs({suffix: out_dir / f"claims{suffix}" for suffix in TABLE_SUFFIXES}) as tmp:
         write_text_atomic(tmp[".csv"], table.to_csv(index=False, lineterminator="\n"))
-        markdown = render_markdown(table, label)
+        markdown = render_markdown(table, label, skip_reason)
         write_text_atomic(tmp[".md"], markdown)
         write_html_page(tmp[".html"], markdown, title="claims")
-        write_text_atomic(tmp[".tex"], render_latex(table, label))
+        write_text_atomic(tmp[".tex"], render_latex(table, label, skip_reason))
     return table

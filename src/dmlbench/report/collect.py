@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.errors import DmlbenchError
-from dmlbench.evaluation.files import NPZ_READ_ERRORS
+from dmlbench.evaluation.files import NPZ_READ_ERRORS, repeated_members
 from dmlbench.evaluation.per_query import metric_values
 
 METRICS_FILE = "metrics.json"
@@ -126,7 +126,7 @@ def read_per_query(path: str | Path) -> dict[str, np.ndarray]:
 
     Raises:
         ReportInputError: the file is missing (runs evaluated before per-query files existed: the
-            message says how to rerun evaluate), unreadable, or has no ``row`` array.
+            message says how to rerun evaluate), unreadable, holds an array twice, or has no ``row`` array.
     """
     path = Path(path)
     run = path.parent
@@ -138,9 +138,13 @@ def read_per_query(path: str | Path) -> dict[str, np.ndarray]:
                                f"wrote them, or the file was removed); {rerun}")
     try:
         with np.load(path, allow_pickle=False) as archive:
+            repeated = repeated_members(archive)
             arrays = {key: archive[key] for key in archive.files}
     except NPZ_READ_ERRORS as err:
         raise ReportInputError(f"{path}: not a readable per-query .npz ({err}); {rerun}") from err
+    if repeated:
+        raise ReportInputError(f"{path}: holds the array {repeated[0]!r} more than once (numpy reads only one); "
+                               f"{rerun}")
     if "row" not in arrays:
         raise ReportInputError(f"{path}: no 'row' array (has {sorted(arrays)}); {rerun}")
     return arrays

@@ -14,6 +14,7 @@ from .build import Report, build_report
 from .caption import merge_settings
 from .collect import RunDir
 from .spec import TableSpec
+from .styles import Styles, reference_methods
 
 #: ``training.selection`` → the caption's protocol name.
 PROTOCOL_OF_SELECTION = {"val": "clean", "test": "paper", "last": "last"}
@@ -21,9 +22,11 @@ PROTOCOL_OF_SELECTION = {"val": "clean", "test": "paper", "last": "last"}
 
 def table_spec(config: Mapping[str, Any], table: str) -> TableSpec:
     """Rows, columns and labels of ``tables.<table>``; each dataset shows its Recall@K set and NMI
-    unless the table names its ``metrics``."""
+    unless the table names its ``metrics``. Its reference rows and the project's styles of its methods go with it,
+    so its plots draw each method as every other plot of the project does (:mod:`.styles`)."""
     spec = section(config, "tables", table)
     datasets, methods = spec["datasets"], spec["methods"]
+    styles = Styles.from_config(config)
     metrics = {
         d: list(spec.get("metrics") or [*(f"R@{k}" for k in config["datasets"][d]["recall_ks"]), "NMI"])
         for d in datasets
@@ -34,6 +37,8 @@ def table_spec(config: Mapping[str, Any], table: str) -> TableSpec:
         metrics=metrics,
         dataset_labels={d: config["datasets"][d].get("label", d) for d in datasets},
         method_labels={m: resolve_method(config, m).get("label", m) for m in methods},
+        references=[m for m in reference_methods(config) if m in methods],
+        method_styles={m: styles[m] for m in methods},
     )
 
 

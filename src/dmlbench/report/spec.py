@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .styles import Style, Styles
+
 #: The files of one table (a comparison table, the claims table), same name, these suffixes.
 TABLE_SUFFIXES = (".tex", ".csv", ".md", ".html")
 
@@ -18,6 +20,11 @@ class TableSpec:
         metrics: per dataset, the metric keys shown (e.g. ``["R@1", "R@2", "NMI"]``).
         dataset_labels: display names (e.g. ``cub200`` -> ``CUB-200-2011``); the key when absent.
         method_labels: display names of the methods; the key when absent.
+        references: the methods that are reference rows (``recipe: reference``: nothing trained); the plots
+            draw them apart (dashed, grey) and fit their axes to the trained methods.
+        method_styles: the project's style of each method (:meth:`~.styles.Styles.from_config`), so that a
+            method looks the same in every plot of the project; methods without one get styles distinct from
+            these (in table order).
     """
 
     datasets: list[str]
@@ -25,6 +32,8 @@ class TableSpec:
     metrics: dict[str, list[str]]
     dataset_labels: dict[str, str] = field(default_factory=dict)
     method_labels: dict[str, str] = field(default_factory=dict)
+    references: list[str] = field(default_factory=list)
+    method_styles: dict[str, Style] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.datasets or not self.methods:
@@ -33,6 +42,9 @@ class TableSpec:
             duplicates = sorted({v for v in values if values.count(v) > 1})
             if duplicates:
                 raise ValueError(f"TableSpec.{name} lists {duplicates} more than once")
+        outside = sorted(set(self.references) - set(self.methods))
+        if outside:
+            raise ValueError(f"TableSpec.references names {outside}, which are not among its methods")
         for dataset in self.datasets:
             metrics = self.metrics.get(dataset)
             if not metrics:
@@ -47,3 +59,11 @@ class TableSpec:
     def method_label(self, method: str) -> str:
         """Display name of a method."""
         return self.method_labels.get(method, method)
+
+    def styles(self) -> Styles:
+        """Colour, marker and line style of each method (:mod:`.styles`)."""
+        return Styles(references=self.references, fixed=self.method_styles).including(self.methods)
+
+    def is_reference(self, method: str) -> bool:
+        """Whether ``method`` is a reference row."""
+        return method in self.references

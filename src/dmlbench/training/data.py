@@ -14,7 +14,7 @@ from dmlbench.data.dataset import ImageDataset
 from dmlbench.data.image_store import open_store
 from dmlbench.data.images import parse_bbox
 from dmlbench.data.manifest import ManifestError, contiguous_labels, read_manifest, select_splits
-from dmlbench.data.splits import carve_validation
+from dmlbench.data.splits import cap_images_per_class, carve_validation
 from dmlbench.data.stored_dataset import ImageSet, StoredImageDataset
 from dmlbench.data.transforms import eval_transform, training_transform
 
@@ -71,11 +71,21 @@ def split_seed(run: Mapping[str, Any]) -> int:
     return int(run["seed"]) if value == "seed" else int(value)
 
 
+def evaluation_rows(frame: pd.DataFrame, training: Mapping[str, Any]) -> pd.DataFrame:
+    """The manifest rows a run embeds for its test metrics, in embedding order: the evaluation
+    splits, the first ``training.eval_images_per_class`` images of each class when it is set."""
+    return cap_images_per_class(select_splits(frame, EVAL_SPLITS), training.get("eval_images_per_class"))
+
+
 def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     """Read the manifest, carve the validation classes and build the three datasets of the run's
     ``training.pipeline``: ``pil`` (files decoded and transformed per item by the loader; decoded train
     and validation images kept in memory with ``cache_images``) or ``decoded_uint8`` (uint8 images of
-    the dataset's :mod:`~dmlbench.data.image_store`, augmented on the training device)."""
+    the dataset's :mod:`~dmlbench.data.image_store`, augmented on the training device).
+
+    ``training.eval_images_per_class`` (None: all) keeps the first N images of each validation
+    and test class (:func:`~dmlbench.data.splits.cap_images_per_class`): a short configuration's
+    cheaper evaluation, the same classes for every run."""
     training = run["training"]
     frame = read_manifest(manifest_path)
     frame = carve_validation(frame, training["val_fraction"], seed=split_seed(run))
@@ -83,8 +93,8 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     if train_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'train' rows")
     train_labels, classes = contiguous_labels(train_rows["label"].to_numpy())
-    val_rows = select_splits(frame, ["val"])
-    test_rows = select_splits(frame, EVAL_SPLITS)
+    val_rows = cap_images_per_class(select_splits(frame, ["val"]), training.get("eval_images_per_class"))
+    test_rows = evaluation_rows(frame, training)
     if test_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'test' (or 'query'/'gallery') rows")
     image = training["image"]

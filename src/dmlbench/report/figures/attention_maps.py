@@ -14,9 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from matplotlib.figure import Figure
 
 from dmlbench.config import ConfigError
 from dmlbench.report.plots import _plain, _style_context, _write_png
@@ -49,6 +46,11 @@ def first_of_classes(labels: np.ndarray, count: int) -> list[int]:
 
 
 def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) -> None:
+    # here, not at the top: every validation of the parameters imports this module (for check)
+    import torch
+    import torch.nn.functional as F
+    from matplotlib.figure import Figure
+
     from dmlbench.data.stored_dataset import model_inputs
     from dmlbench.methods import build_recipe
     from dmlbench.training.checkpoint import load_checkpoint

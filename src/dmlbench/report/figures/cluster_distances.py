@@ -95,6 +95,6 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
                     ax.axvline(float(distances[kind].mean()), color=_COLORS[kind], linewidth=1.0, linestyle="--")
             ax.set(title=_plain(method_label(config, method)), xlabel="Euclidean distance (unit-norm embedding)",
                    ylabel="density", xlim=(0, 2))
-        fig.suptitle(_plain(f"{title_of(config, spec)} (K = {spec['clusters']} clusters)"))
+        fig.suptitle(_plain(f"{title_of(config, spec)} (K = {spec['clusters']} clusters)"), wrap=True)
         kinds = [k for k in KINDS if k in handles]
         _save(fig, [handles[k] for k in kinds], [_LABELS[k] for k in kinds], out_png)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from dmlbench.config import ConfigError, has_training, logs_epochs, resolve_method
 from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH
+
+if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not for the checks every validation runs
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 RUNS_DIR = Path("results/runs")
 PREPARED_DIR = Path("data/prepared")
@@ -33,7 +34,7 @@ def prepared_dir(dataset: str) -> str:
 
 def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str, *,
                   trained: str | None = None) -> list[str]:
-    """Every name is a defined method; returns them as a list.
+    """Every name is a defined method, named once; returns them as a list.
 
     Args:
         trained: the run file the figure reads (``log.csv``, ``checkpoint.pt``) when only methods
@@ -45,6 +46,9 @@ def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str,
     unknown = [m for m in methods if m not in config.get("methods", {})]
     if unknown:
         raise ConfigError(f"{where}: methods {unknown} are not defined under 'methods'")
+    repeated = list(dict.fromkeys(m for m in methods if methods.count(m) > 1))
+    if repeated:
+        raise ConfigError(f"{where}: lists {repeated} more than once; name each method once")
     untrained = [m for m in methods if trained and not has_training(config, m)]
     if untrained:
         raise ConfigError(f"{where}: methods {untrained} are not trained themselves (ensemble_members or "
@@ -77,6 +81,8 @@ def title_of(config: Mapping[str, Any], spec: Mapping[str, Any]) -> str:
 def panel_grid(count: int, max_columns: int = 4) -> tuple[Figure, list[Axes]]:
     """A figure with ``count`` panels in rows of at most ``max_columns`` (unused cells hidden), room
     for a legend below; call inside the plots' style context."""
+    from matplotlib.figure import Figure
+
     ncols = min(count, max_columns)
     nrows = -(-count // ncols)
     fig = Figure(figsize=(PANEL_WIDTH * ncols, PANEL_HEIGHT * nrows + LEGEND_HEIGHT), layout="constrained")

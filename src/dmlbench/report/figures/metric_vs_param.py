@@ -11,12 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-
 from dmlbench.config import ConfigError
 from dmlbench.report.collect import RunDir, aggregate_over_seeds, collect_runs
 from dmlbench.report.metric_format import metric_format
-from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH, _plain, _save, _style, _style_context
+from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH, _plain, _save, _style_context
+from dmlbench.report.styles import Styles
 
 from .common import RUNS_DIR, check_methods, figure_seeds, require, run_file, title_of
 
@@ -44,12 +43,16 @@ def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
 
 
 def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) -> None:
+    # here: every validation of the parameters imports this module
+    from matplotlib.figure import Figure
+
     dataset, metric = spec["dataset"], spec["metric"]
     runs = [RunDir(dataset, m, s, RUNS_DIR / dataset / m / f"seed{s}")
             for m in _methods(spec) for s in figure_seeds(config, spec)]
     summary = aggregate_over_seeds(collect_runs(runs)).set_index(["method", "metric"])
     display = metric_format(metric)
     labels = list(spec["series"])
+    styles = Styles(labels)  # series are legend labels, not methods: styled in the spec's order
     handles = []
     with _style_context():
         fig = Figure(figsize=(PANEL_WIDTH, PANEL_HEIGHT + LEGEND_HEIGHT), layout="constrained")
@@ -63,10 +66,11 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
             handles.append(ax.errorbar(
                 [x for _, x in ordered], [display.scale * r["mean"] for r in rows],
                 yerr=[0.0 if r["std"] != r["std"] else display.scale * r["std"] for r in rows],
-                capsize=3, **_style(labels, label),
+                capsize=3, **styles[label].line(),
             ))
         if spec.get("x_log"):
             ax.set_xscale("log", base=2)
-        ax.set(title=_plain(title_of(config, spec)), xlabel=_plain(spec["x_label"]),
+        ax.set_title(_plain(title_of(config, spec)), wrap=True)  # wrapped to the figure's width, never cut
+        ax.set(xlabel=_plain(spec["x_label"]),
                ylabel=_plain(display.header + (" (%)" if display.scale == 100 else "")))
         _save(fig, handles, [_plain(str(label)) for label in labels], out_png)

@@ -28,14 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 
-from dmlbench.config import ConfigError
+from dmlbench.config import ConfigError, resolve_run
 from dmlbench.evaluation.evaluate import l2_normalise
 from dmlbench.evaluation.files import load_embeddings_npz
 from dmlbench.evaluation.knn import make_index, search
@@ -44,6 +42,9 @@ from dmlbench.evaluation.validation import check_split
 from dmlbench.report.plots import _plain, _style_context, _write_png
 
 from .common import check_methods, figure_seeds, method_label, prepared_dir, require, run_file, title_of
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 KEYS = ("kind", "dataset", "title", "seeds", "method", "queries", "k", "query_seed")
 DEFAULTS = {"queries": 6, "k": 5, "query_seed": 0}
@@ -165,12 +166,13 @@ def first_hit_ranks(x: np.ndarray, database: np.ndarray, task: RetrievalTask, pi
     return ranks
 
 
-def manifest_test_rows(manifest_path: Path, labels: np.ndarray) -> pd.DataFrame:
-    """The manifest's test rows in the order the embed step embedded them; ``labels`` (N,) must match."""
-    from dmlbench.data.manifest import read_manifest, select_splits
-    from dmlbench.training.data import EVAL_SPLITS
+def manifest_test_rows(manifest_path: Path, labels: np.ndarray, training: Mapping[str, Any]) -> pd.DataFrame:
+    """The manifest's test rows in the order the embed step embedded them (the run's ``training``
+    settings pick them); ``labels`` (N,) must match."""
+    from dmlbench.data.manifest import read_manifest
+    from dmlbench.training.data import evaluation_rows
 
-    rows = select_splits(read_manifest(manifest_path), EVAL_SPLITS)
+    rows = evaluation_rows(read_manifest(manifest_path), training)
     if len(rows) != len(labels) or not np.array_equal(rows["label"].to_numpy(), labels):
         raise ValueError(f"{manifest_path}: its {len(rows)} test rows do not match the {len(labels)} rows of the "
                          f"embeddings (labels differ): the run was embedded from another manifest; rebuild it")
@@ -191,6 +193,9 @@ def draw_cell(ax: Axes, path: str, color: str, title: str | None = None) -> None
 
 
 def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) -> None:
+    # here: every validation of the parameters imports this module
+    from matplotlib.figure import Figure
+
     npz_path, data_dir = inputs(config, spec)
     arrays = load_embeddings_npz(npz_path)
     try:
@@ -198,7 +203,8 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
                         setting(spec, "k"), setting(spec, "query_seed"))
     except ValueError as err:
         raise ValueError(f"{out_png}: {npz_path}: {err}; lower it in the figure's spec") from err
-    rows = manifest_test_rows(Path(data_dir) / "manifest.csv", np.asarray(arrays["labels"]))
+    run = resolve_run(config, spec["dataset"], spec["method"], figure_seeds(config, spec)[0])
+    rows = manifest_test_rows(Path(data_dir) / "manifest.csv", np.asarray(arrays["labels"]), run["training"])
     paths, names = rows["path"].to_numpy(), rows["class_name"].to_numpy()
     n_rows, k = grid.neighbour_rows.shape
     with _style_context():

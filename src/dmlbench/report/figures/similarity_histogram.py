@@ -110,6 +110,6 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
                     ax.axvline(float(similarities[kind].mean()), color=_COLORS[kind], linewidth=1.0, linestyle="--")
             ax.set(title=_plain(method_label(config, method)), xlabel="cosine similarity", ylabel="density",
                    xlim=(-1, 1))
-        fig.suptitle(_plain(title_of(config, spec)))
+        fig.suptitle(_plain(title_of(config, spec)), wrap=True)
         kinds = [k for k in PAIR_KINDS if k in handles]
         _save(fig, [handles[k] for k in kinds], [f"{k} pairs" for k in kinds], out_png)
