@@ -64,7 +64,7 @@ import pandas as pd
 from dmlbench.atomic import atomic_output
 from dmlbench.catalog import did_you_mean
 from dmlbench.data.images import raise_for_failures, undecodable_images, unreadable_images
-from dmlbench.data.manifest import _box_problem, write_manifest
+from dmlbench.data.manifest import LABEL_RANGE, _box_problem, write_manifest
 from dmlbench.data.official import IGNORED_KEYS, DatasetConfigError, DatasetNotFoundError
 from dmlbench.errors import DmlbenchError
 from dmlbench.paths import PathOutsideError, contained
@@ -77,8 +77,8 @@ SPLITS: tuple[str, ...] = ("train", "test")
 MIN_IMAGES_PER_CLASS = 2
 #: Each split needs two classes (a test split of one class is trivially retrieved).
 MIN_CLASSES_PER_SPLIT = 2
-#: Labels are stored as int64.
-MAX_LABEL = 2**63 - 1
+#: The largest class id: labels are stored as int64 (the manifest's range).
+MAX_LABEL = LABEL_RANGE[1]
 #: Environment variables read when ``root`` / ``csv`` is null.
 FOLDER_ENV = "DMLBENCH_FOLDER_ROOT"
 MANIFEST_ENV = "DMLBENCH_MANIFEST_CSV"
