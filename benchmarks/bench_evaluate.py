@@ -1,20 +1,29 @@
 """Benchmark: dmlbench.evaluation vs pytorch-metric-learning's AccuracyCalculator on SOP-sized embeddings.
 
-Synthetic data shaped like Stanford Online Products' test set (60,502 × 512
-float32, 11,316 classes of 2 to ~16 images, 12 super-classes), L2-normalised,
-with a fixed seed. Each tool runs in its own subprocess, so imports and
-allocations of one cannot affect the other's numbers; each reports its wall
-time and its peak-RSS increase over the RSS it had after loading the data and
-importing its libraries.
+Synthetic data shaped like Stanford Online Products' test set (60,502 × 512 float32 by default,
+11,316 classes of 2 to ~16 images, 12 super-classes), L2-normalised, with a fixed seed.
 
-* ours: ``evaluate_embeddings`` with R@1, 10, 100, 1000, NMI, MAP@R, RP.
-* pml: ``AccuracyCalculator(k="max_bin_count")`` with precision_at_1,
-  r_precision, mean_average_precision_at_r, NMI.
+Default mode, each tool at the defaults a user meets, as whole processes (interpreter start-up and
+imports included; wall time, CPU time and peak RSS from ``wait4`` of that process alone), one after
+the other and ``--repeat`` times interleaved:
 
-Both tools use the same faiss K-means settings (``--niter``, seed, no
-subsampling), so the NMI work is identical and the comparison is about the
-rest; ``--pml-default-kmeans`` gives PML its own default (faiss, 20 iterations)
-instead. ``--no-nmi`` times the retrieval metrics alone.
+* ours: ``dmlbench evaluate EMBEDDINGS.npz --out metrics.json --recall-ks 1,10,100,1000`` (SOP's
+  K, as ``--dataset sop`` would read them; every other setting at its default: K-means seed 0,
+  niter 100, nredo 1; exact first-hit ranks; ``per_query.npz`` and ``metrics.json`` written);
+* pml: ``AccuracyCalculator(k=1000)`` with its default kNN (faiss ``IndexFlatL2``), K-means
+  (faiss, 20 iterations, seed 1234) and device, computing precision_at_1 (= R@1), R@10/100/1000
+  (added as PML's documentation adds a metric), MAP@R, R-precision and NMI. Its default k (None)
+  ranks every reference (N − 1 neighbours per query: 43 GB of indices at SOP size), so k is the
+  smallest that gives R@1000.
+
+It prints our time by phase (:mod:`dmlbench.evaluation.timing`: the evaluation marks its phases;
+"start-up, imports, other" is the rest of the process), the metric values of both, and the ratio of
+their median wall times (the goal of issue 29: ≥ 2). The machine may be shared: the CPU times and
+their ratio are printed too.
+
+``--same-kmeans`` is the earlier comparison: both tools in-process, with the same faiss K-means
+settings for PML (``--niter``, seed, no subsampling; ``--pml-default-kmeans``: PML's own) and
+``k="max_bin_count"`` (R@1, MAP@R, RP, NMI only); ``--no-nmi`` times the retrieval metrics alone.
 
 ``--bound`` (issue 21, "evaluation at the bound") instead measures, in one process, our evaluation
 against this machine's dense float32 GEMM rate and prints a table:
@@ -26,15 +35,18 @@ against this machine's dense float32 GEMM rate and prints a table:
 * kNN bound: 2·N²·d / rate seconds, the all-vs-all distance GEMM alone.
 * kNN part: ``query_results`` with MAP@R/RP (the retrieval part of ``evaluate_views``, without
   K-means or exact ranks) and its ratio to the bound; the issue's goal is ≤ 1.5. ``--backend``
-  picks the search: "auto" (as the evaluation does), "faiss", or "torch" (on CUDA when torch
-  sees a GPU, else on the CPU; :mod:`dmlbench.evaluation.knn_torch`).
+  picks the search: "auto" (as the evaluation does: at this size the all-pairs search of
+  :mod:`dmlbench.evaluation.allpairs`, one GEMM per pair of row blocks, so below the bound),
+  "faiss", or "torch" (on CUDA when torch sees a GPU, else on the CPU;
+  :mod:`dmlbench.evaluation.knn_torch`).
 * exact first-hit ranks: ``exhaustive_first_hit_rank`` on the queries with no hit within the
   search depth (what ``exact_ranks=True`` adds for ``per_query.npz``); its cost grows with
   their number, so use data with realistic recall (``--noise``: 3.7 gives R@1 ≈ 0.6).
 * K-means: one faiss trajectory with the project's settings, stopped at 10, 20, 50 and 100
   iterations; NMI, objective and cumulative seconds at each. Faiss stops at a fixed point, so
   "done" may be below the checkpoint. The last row gives seconds per iteration and its ratio to
-  the GEMM bound of one iteration (2·N·K·d FLOP).
+  the GEMM bound of one iteration (2·N·K·d FLOP). (The evaluation itself runs
+  :mod:`dmlbench.evaluation.kmeans` at this size: faiss's algorithm computing only what changes.)
 
 The "SOP-scaled" column multiplies by (60502 / N)²·(512 / d) for the kNN rows and by
 (60502 / N)·(11316 / K)·(512 / d) for K-means, for runs at a reduced size; with --classes in
@@ -42,8 +54,10 @@ the SOP proportion (N / K ≈ 5.35) the K-means iteration counts stay comparable
 
 Usage::
 
-    python benchmarks/bench_evaluate.py                       # full SOP size
-    python benchmarks/bench_evaluate.py --n 6000 --classes 1100
+    python benchmarks/bench_evaluate.py                       # full SOP size, both tools at their defaults
+    python benchmarks/bench_evaluate.py --n 12000 --classes 2240 --repeat 3
+    python benchmarks/bench_evaluate.py --n 73298 --classes 11316   # the size of issue 29's measurement
+    python benchmarks/bench_evaluate.py --same-kmeans --n 6000 --classes 1100
     python benchmarks/bench_evaluate.py --bound --n 30251 --classes 5658 --noise 3.7
     python benchmarks/bench_evaluate.py --bound --n 20000 --classes 3740 --noise 3.7 --backend torch
 """
@@ -65,6 +79,13 @@ import numpy as np
 
 SUPER_CLASSES = 12
 TOOLS = ("ours", "pml")
+DEFAULTS_TOOLS = ("ours-cli", "pml-defaults")
+WORKERS = TOOLS + DEFAULTS_TOOLS
+SOP_RECALL_KS = (1, 10, 100, 1000)
+PML_K = 1000
+"""PML's k in the side by side at defaults: its default (None) ranks every reference (N - 1 neighbours per
+query, 43 GB of indices at SOP size), so the smallest k that gives R@1000; it exceeds max_bin_count, so
+MAP@R and RP are exact."""
 
 
 def class_sizes(num_items: int, num_classes: int, rng: np.random.Generator) -> np.ndarray:
@@ -173,8 +194,180 @@ def measurements(metrics: dict, start: float, cpu_before: float, rss_before: flo
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# default mode: each tool at its defaults, as a user meets them, in whole processes
+# ---------------------------------------------------------------------------------------------
+
+
+def recall_ks(num_items: int) -> list[int]:
+    """SOP's Recall@K set (params.yaml ``datasets.sop.recall_ks``), less the K values above the database."""
+    return [k for k in SOP_RECALL_KS if k < num_items]
+
+
+def run_ours_cli(data_dir: Path) -> dict:
+    """``dmlbench evaluate`` at its defaults (only ``--recall-ks`` set, to SOP's), with the phases timed.
+
+    It runs the CLI's own ``main`` in this process, which is what the ``dmlbench`` console script does;
+    :func:`dmlbench.evaluation.timing.record_phases` only reads the clock around the phases.
+    """
+    from dmlbench.cli import main
+    from dmlbench.evaluation.timing import record_phases
+
+    with np.load(data_dir / "embeddings.npz") as data:
+        num_items = len(data["labels"])
+    out = data_dir / "ours" / "metrics.json"
+    argv = ["evaluate", str(data_dir / "embeddings.npz"), "--out", str(out),
+            "--recall-ks", ",".join(map(str, recall_ks(num_items)))]  # fmt: skip
+    with record_phases() as phases:
+        status = main(argv)
+    if status:
+        raise SystemExit(f"dmlbench {' '.join(argv)} exited with {status}")
+    metrics = json.loads(out.read_text())
+    return {"metrics": metrics, "phases": phases, "per_query_bytes": (out.parent / "per_query.npz").stat().st_size}
+
+
+def run_pml_defaults(data_dir: Path) -> dict:
+    """pytorch-metric-learning's AccuracyCalculator at its defaults (knn_func, kmeans_func, device) with
+    k = :data:`PML_K`, computing precision_at_1 (= R@1), R@10/100/1000 (from its knn_labels, as PML's
+    documentation adds a metric: a subclass with ``calculate_<name>``), MAP@R, RP and NMI."""
+    import torch
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator, try_getting_not_lone_labels
+
+    with np.load(data_dir / "embeddings.npz") as data:
+        embeddings, labels = data["embeddings"], data["labels"]
+    ks = [k for k in recall_ks(len(labels)) if k > 1]
+
+    class WithRecall(AccuracyCalculator):
+        """AccuracyCalculator with ``recall_at_K``: the share of non-lone queries with a same-label item
+        among their K nearest references."""
+
+        def requires_knn(self) -> list[str]:
+            return super().requires_knn() + [f"recall_at_{k}" for k in ks]
+
+    def recall(k: int):
+        def calculate(self, knn_labels, query_labels, not_lone_query_mask, **kwargs) -> float:
+            knn_labels, query_labels = try_getting_not_lone_labels(knn_labels, query_labels, not_lone_query_mask)
+            return (knn_labels[:, :k] == query_labels[:, None]).any(dim=1).double().mean().item()
+
+        return calculate
+
+    for k in ks:
+        setattr(WithRecall, f"calculate_recall_at_{k}", recall(k))
+    include = ("precision_at_1", *(f"recall_at_{k}" for k in ks), "mean_average_precision_at_r", "r_precision",
+               "NMI")  # fmt: skip
+    calculator = WithRecall(include=include, k=min(PML_K, len(labels) - 1))
+    metrics = calculator.get_accuracy(torch.from_numpy(embeddings), torch.from_numpy(labels))
+    return {"metrics": metrics}
+
+
+#: (our key, PML's key) of the same metric, for the side-by-side table.
+SAME_METRICS = (("R@1", "precision_at_1"), *((f"R@{k}", f"recall_at_{k}") for k in SOP_RECALL_KS[1:]),
+                ("MAP@R", "mean_average_precision_at_r"), ("RP", "r_precision"), ("NMI", "NMI"))
+
+#: Our phases in the order they run (:mod:`dmlbench.evaluation.timing`); "start-up, other" is the rest.
+PHASES = ("read embeddings", "checks", "kNN search", "deeper search", "exact first-hit ranks", "MAP@R/RP",
+          "K-means", "NMI score", "per-query arrays", "per-query file", "metrics file")
+
+
+def run_process(worker_name: str, data_dir: Path, argv: list[str], timeout: float | None) -> dict:
+    """Run :func:`worker` in a fresh interpreter and measure the whole process: wall seconds from the
+    start to the exit, CPU seconds and peak RSS (``wait4``'s rusage of that child alone)."""
+    import os
+    import signal
+
+    command = [sys.executable, __file__, *argv, "--worker", worker_name, "--data-dir", str(data_dir)]
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        deadline = None if timeout is None else start + timeout
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                child.send_signal(signal.SIGKILL)
+                os.wait4(child.pid, 0)
+                return {"tool": worker_name, "timed_out_after_s": time.perf_counter() - start}
+            time.sleep(0.05)
+        seconds = time.perf_counter() - start
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if child.returncode:
+            raise SystemExit(f"{worker_name} failed ({child.returncode}):\n{err.read()}")
+        result = json.loads(out.read().strip().splitlines()[-1])
+    return {**result, "tool": worker_name, "seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+def side_by_side(args: argparse.Namespace, argv: list[str]) -> None:
+    """The default mode: both tools at their defaults, whole processes, interleaved; ours broken down."""
+    embeddings, labels = synthetic_embeddings(args.n, args.d, args.classes, args.seed, args.noise, args.intrinsic_dim)
+    sizes = np.bincount(labels)
+    print(f"data: {args.n} x {args.d} float32, {args.classes} classes ({sizes.min()}-{sizes.max()} items per "
+          f"class), noise {args.noise}, intrinsic dim {args.intrinsic_dim}, seed {args.seed}; "
+          f"R@K for K in {recall_ks(args.n)}")  # fmt: skip
+    print(f"ours: dmlbench evaluate (defaults; --recall-ks as datasets.sop), metrics.json + per_query.npz; "
+          f"pml: AccuracyCalculator(k={min(PML_K, args.n - 1)}), its default kNN, K-means (faiss, 20 iterations) "
+          f"and device", flush=True)  # fmt: skip
+    tools = [tool for tool in DEFAULTS_TOOLS if tool.split("-")[0] in args.tools.split(",")]
+    results: dict[str, list[dict]] = {tool: [] for tool in tools}
+    with tempfile.TemporaryDirectory(prefix="bench_evaluate_") as tmp:
+        np.savez(Path(tmp) / "embeddings.npz", embeddings=embeddings, labels=labels)
+        del embeddings
+        for _ in range(args.repeat):
+            for tool in tools:
+                result = run_process(tool, Path(tmp), argv, args.timeout)
+                results[tool].append(result)
+                if "seconds" in result:
+                    print(f"{tool:>12}: {result['seconds']:7.1f} s wall, {result['cpu_seconds']:7.1f} s CPU, "
+                          f"peak RSS {result['peak_rss_mib']:6.0f} MiB", flush=True)
+                else:
+                    print(f"{tool:>12}: stopped after {result['timed_out_after_s']:.0f} s (timeout)", flush=True)
+    print_side_by_side(results)
+
+
+def print_side_by_side(results: dict[str, list[dict]]) -> None:
+    """Our breakdown (median run), the metric values of both tools and the ratio of their median wall times."""
+    done = {tool: [r for r in runs if "seconds" in r] for tool, runs in results.items()}
+    median = {tool: sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]
+              for tool, runs in done.items() if runs}  # fmt: skip
+    ours, pml = median.get("ours-cli"), median.get("pml-defaults")
+    if ours:
+        print(f"\nours, by phase (run of median wall time; per_query.npz {ours['per_query_bytes'] / 2**20:.1f} MiB):")
+        print(f"  {'phase':<26} {'wall s':>8} {'share':>6} {'CPU s':>8}")
+        phases = ours["phases"]
+        for name in [*PHASES, *sorted(set(phases) - set(PHASES))]:
+            if name in phases:
+                wall, cpu = phases[name]["wall"], phases[name]["cpu"]
+                print(f"  {name:<26} {wall:8.2f} {100 * wall / ours['seconds']:5.1f}% {cpu:8.2f}")
+        rest = ours["seconds"] - sum(times["wall"] for times in phases.values())
+        rest_cpu = ours["cpu_seconds"] - sum(times["cpu"] for times in phases.values())
+        print(f"  {'start-up, imports, other':<26} {rest:8.2f} {100 * rest / ours['seconds']:5.1f}% {rest_cpu:8.2f}")
+        print(f"  {'total (whole process)':<26} {ours['seconds']:8.2f} {100.0:5.1f}% {ours['cpu_seconds']:8.2f}")
+        print(f"  K-means iterations: {ours['metrics']['kmeans_iterations']:g} (ceiling "
+              f"{ours['metrics']['kmeans_niter']:g})")
+    if ours and pml:
+        print("\nmetric       ours     pml")
+        for our_key, pml_key in SAME_METRICS:
+            if our_key in ours["metrics"] and pml_key in pml["metrics"]:
+                print(f"  {our_key:<8} {ours['metrics'][our_key]:.4f}  {pml['metrics'][pml_key]:.4f}")
+    print("\nside by side (median of the runs):")
+    for tool, run in median.items():
+        print(f"  {tool:>12}: {run['seconds']:7.1f} s wall, {run['cpu_seconds']:7.1f} s CPU, peak RSS "
+              f"{run['peak_rss_mib']:6.0f} MiB over {len(done[tool])} run(s)")
+    if ours and pml:
+        print(f"  speed ratio pml / ours (wall): {pml['seconds'] / ours['seconds']:.2f}x (goal >= 2); CPU: "
+              f"{pml['cpu_seconds'] / ours['cpu_seconds']:.2f}x; memory pml / ours: "
+              f"{pml['peak_rss_mib'] / ours['peak_rss_mib']:.1f}x")
+
+
 def worker(tool: str, data_dir: Path, args: argparse.Namespace) -> None:
     """Load the data, run one tool and print one JSON line with its numbers."""
+    if tool in DEFAULTS_TOOLS:
+        result = (run_ours_cli if tool == "ours-cli" else run_pml_defaults)(data_dir)
+        print(json.dumps({"tool": tool, **result}))
+        return
     embeddings = np.load(data_dir / "embeddings.npy")
     labels = np.load(data_dir / "labels.npy")
     result = (run_ours if tool == "ours" else run_pml)(embeddings, labels, args)
@@ -381,20 +574,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--d", type=int, default=512, help="embedding dimension")
     parser.add_argument("--classes", type=int, default=11_316, help="number of classes (SOP test: 11316)")
     parser.add_argument("--seed", type=int, default=0, help="data and K-means seed")
-    parser.add_argument("--niter", type=int, default=100, help="K-means iterations, both tools")
-    parser.add_argument("--chunk-size", type=int, default=4096, help="our kNN query chunk")
+    parser.add_argument("--niter", type=int, default=100, help="K-means iterations, both tools (--same-kmeans)")
+    parser.add_argument("--chunk-size", type=int, default=4096, help="our kNN query chunk (--same-kmeans, --bound)")
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated subset of: ours,pml")
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a tool is stopped")
     parser.add_argument("--repeat", type=int, default=1, help="runs per tool, interleaved (the machine may be shared)")
-    parser.add_argument("--no-nmi", action="store_true", help="retrieval metrics only (no K-means)")
-    parser.add_argument("--pml-default-kmeans", action="store_true", help="PML's own K-means (20 iterations)")
+    parser.add_argument("--no-nmi", action="store_true", help="retrieval metrics only, no K-means (--same-kmeans)")
+    parser.add_argument("--pml-default-kmeans", action="store_true",
+                        help="PML's own K-means, 20 iterations (--same-kmeans)")
     parser.add_argument("--noise", type=float, default=3.0, help="per-item noise scale of the synthetic data")
-    parser.add_argument("--intrinsic-dim", type=int, default=None, help="generate in this many dimensions (--bound)")
+    parser.add_argument("--intrinsic-dim", type=int, default=None,
+                        help="generate the data in this many dimensions, mapped into d")
     parser.add_argument("--embeddings", type=Path, help="--bound on a run's embeddings.npz instead of synthetic data")
     parser.add_argument("--bound", action="store_true", help="kNN and K-means against the GEMM bound (see above)")
     parser.add_argument("--backend", choices=("auto", "faiss", "torch"), default="auto",
                         help="kNN search of --bound: as the evaluation chooses, faiss, or torch")
-    parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
+    parser.add_argument("--same-kmeans", action="store_true",
+                        help="the earlier comparison: both tools in-process with the same K-means settings")
+    parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -407,6 +604,9 @@ def main(argv: list[str]) -> None:
         return
     if args.bound:
         bound(args)
+        return
+    if not args.same_kmeans:
+        side_by_side(args, argv)
         return
     embeddings, labels = synthetic_embeddings(args.n, args.d, args.classes, args.seed, args.noise)
     print(f"data: {args.n} x {args.d} float32, {args.classes} classes "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,18 @@ from dmlbench.data.manifest import write_manifest
 from dmlbench.training.optim import parameter_groups
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_workflow(root: Path) -> Path:
+    """``root`` with a copy of the workflow and its parameters (no data, no results), where ``snakemake -n``
+    runs without touching the repository's ``.snakemake/``, ``data/`` or ``results/``."""
+    for name in ("Snakefile", "workflow", "params.yaml"):
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, root / name)
+    return root
 
 
 def write_tiny_dataset(root: Path, num_classes: int = 8, per_class: int = 6, size: int = 24, seed: int = 0) -> Path:

@@ -209,7 +209,7 @@ def test_a_report_whose_plot_paths_are_one_file_is_refused(tmp_path: Path) -> No
 # ------------------------------------------------ a report is committed as a whole
 
 
-REPORT_STEPS = ["write_cells_csv", "write_html_page", "plot_recall_at_k"]  # early, middle, last
+REPORT_STEPS = ["write_cells_csv", "plot_recall_at_k", "write_html_page"]  # early, middle, last
 
 
 @pytest.mark.parametrize("step", REPORT_STEPS)

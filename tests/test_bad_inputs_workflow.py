@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import copy_workflow
 
 from dmlbench.config import ConfigError, load_config, resolve_run
 from dmlbench.workflow_checks import (
@@ -32,13 +31,6 @@ TARGET = "results/runs/synthetic/margin/seed0/log.csv"
 #: Snakemake as a command (the script) and as a module: both are Snakemake's own command line.
 SNAKEMAKE_SCRIPT = [str(Path(sys.executable).parent / "snakemake")]
 SNAKEMAKE_MODULE = [sys.executable, "-m", "snakemake"]
-
-
-def copy_workflow(root: Path) -> Path:
-    """``root`` with a copy of the workflow and its parameters (no data, no results)."""
-    for name in ("Snakefile", "workflow", "params.yaml"):
-        (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, root / name)
-    return root
 
 
 @pytest.fixture(scope="module")

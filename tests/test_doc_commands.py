@@ -553,6 +553,8 @@ def test_dmlbench_command_parses(command: Command, projects: Projects):
         pytest.fail(f"{command.id}: `{command.source}`: {stderr.getvalue().strip()}")
     cwd = projects.for_command(command)
     configs = getattr(args, "config", None) or ["params.yaml"]
+    # `dmlbench show`'s KEY=VALUE overrides are no files
+    configs = [name for name in configs if "=" not in name or (cwd / name).is_file()] or ["params.yaml"]
     missing = [name for name in configs if not (cwd / name).is_file()]
     assert not missing, f"{command.id}: `{command.source}`: no such parameter file {missing}"
     params = load_config([cwd / name for name in configs])
@@ -566,6 +568,13 @@ def test_dmlbench_command_parses(command: Command, projects: Projects):
 # --- dvc --------------------------------------------------------------------------------------------------------
 
 DVC_COMMANDS = [command for command in COMMANDS if command.tool == "dvc"]
+
+
+def declared_path(entry: Any) -> str:
+    """A regular expression of the paths a ``metrics``/``plots`` entry of dvc.yaml names (``${item.x}`` → any
+    one path component)."""
+    path = entry if isinstance(entry, str) else next(iter(entry))
+    return "".join("[^/]+" if part.startswith("${") else re.escape(part) for part in re.split(r"(\$\{[^}]+\})", path))
 
 
 def key_exists(data: Any, dotted: str) -> bool:
@@ -588,8 +597,17 @@ def test_dvc_command_parses_and_names_what_exists(command: Command, caplog: pyte
     except (SystemExit, DvcParserError):  # DVC's parser logs its message
         pytest.fail(f"{command.id}: `{command.source}`: {caplog.text.strip()} {stderr.getvalue().strip()}")
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    if not getattr(args, "glob", False):
+    module = args.func.__module__ if hasattr(args, "func") else ""
+    if module in ("dvc.commands.metrics", "dvc.commands.plots"):  # targets are files: a declared metric or plot
+        kind = module.rsplit(".", 1)[1]
+        declared = [declared_path(entry) for stage in stages.values()
+                    for entry in stage.get("do", stage).get(kind, [])]
         for target in getattr(args, "targets", None) or []:
+            assert any(re.fullmatch(pattern, target) for pattern in declared), \
+                f"{command.id}: {target!r} is no {kind} file of dvc.yaml"
+    elif not getattr(args, "glob", False):
+        single = getattr(args, "target", None)  # dvc dag takes one
+        for target in [*(getattr(args, "targets", None) or []), *([single] if isinstance(single, str) else [])]:
             assert target.split("@")[0] in stages, f"{command.id}: no stage {target!r} in dvc.yaml"
     for setting in getattr(args, "set_param", None) or []:
         file, _, assignment = setting.rpartition(":")

@@ -23,6 +23,7 @@ from dmlbench.config import (
     params_sources,
     resolve_method,
 )
+from dmlbench.generated import origin_keys
 
 PARAMS = REPO / "params.yaml"
 FIRST_EXPERIMENTS_FILE = "workflow/experiments/abe.yaml"
@@ -76,7 +77,10 @@ def test_params_yaml_then_its_experiments_files_each_entry_from_one_file():
     assert "experiments" not in merged
     for name in EXPERIMENT_SECTIONS:
         owned = [(entry, data[name][entry]) for _, data in sources for entry in data.get(name, {})]
-        assert dict(owned) == merged[name] and len(owned) == len(merged[name]), name
+        assert dict(owned) == {entry: merged[name][entry] for entry, _ in owned} and len(owned) == len(dict(owned))
+        # the rest are generated (sweeps' points, tuned twins): tracked by the keys that generate them
+        generated = set(merged[name]) - dict(owned).keys()
+        assert all(not origin_keys(merged, name, entry)[0].startswith(f"{name}.{entry}.") for entry in generated)
     assert {"mpn", "mpn_table3", "mpn_fig5_dim_recall"} <= {*sources[-1][1]["methods"], *sources[-1][1]["tables"],
                                                            *sources[-1][1]["figures"]}
 
@@ -88,7 +92,7 @@ def test_params_yaml_then_its_experiments_files_each_entry_from_one_file():
     ({"params.yaml": {"experiments": ["a.yaml"], "tables": {"t": {}}}, "a.yaml": {"tables": {"t": {}}}},
      r"a\.yaml: tables\.t is already defined in .*params\.yaml"),
     ({"params.yaml": {"experiments": ["a.yaml"]}, "a.yaml": {"datasets": {"d": {}}}},
-     r"a\.yaml: an experiments file defines only \['methods', 'tables', 'figures'\]; it sets \['datasets'\]"),
+     r"a\.yaml: an experiments file defines only \['methods', 'tables', 'figures', 'sweeps'\]; it sets \['datasets'\]"),
     ({"params.yaml": {"experiments": "a.yaml"}}, r"params\.yaml: experiments: 'a.yaml' is not of type 'array'"),
     ({"params.yaml": {"experiments": ["missing.yaml"]}}, r"missing\.yaml: parameter file not found"),
 ])
@@ -147,24 +151,41 @@ def snakemake_jobs() -> list[dict]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_editing_an_experiments_file_reruns_only_that_methods_jobs(tmp_path, snakemake_jobs):
-    """Snakemake reruns a job whose params changed and the jobs downstream of it: editing mpn_d64 in mpn.yaml
-    replans mpn_d64's runs and the figures that plot them, nothing else."""
+def edited_jobs(tmp_path: Path, jobs: list[dict], paper: str, old: str, new: str) -> tuple[list[dict], list[dict]]:
+    """The jobs whose params change when ``old`` becomes ``new`` in experiments/<paper>.yaml (a copy), and
+    those and every job downstream of them."""
     project = tmp_path / "project"
     for path, _ in params_sources(PARAMS):
         (project / path.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, project / path.relative_to(REPO))
-    mpn = project / "workflow" / "experiments" / "mpn.yaml"
-    old = "    label: MPN d = 64\n    training: {embedding_dim: 64}\n"
-    assert old in mpn.read_text()
-    mpn.write_text(mpn.read_text().replace(old, old.replace("64}", "32}")))
+    experiments = project / "workflow" / "experiments" / f"{paper}.yaml"
+    assert experiments.read_text().count(old) == 1
+    experiments.write_text(experiments.read_text().replace(old, new))
     before, after = load_config([PARAMS]), load_config([project / "params.yaml"])
-    changed = [job for job in snakemake_jobs
-               if tracked_values(before, job["params"]) != tracked_values(after, job["params"])]
-    assert {(job["rule"], job["wildcards"]["method"]) for job in changed} == {("train", "mpn_d64")}
-    planned = downstream(snakemake_jobs, changed)
+    changed = [job for job in jobs if tracked_values(before, job["params"]) != tracked_values(after, job["params"])]
+    return changed, downstream(jobs, changed)
+
+
+def test_editing_an_experiments_file_reruns_only_that_methods_jobs(tmp_path, snakemake_jobs):
+    """Snakemake reruns a job whose params changed and the jobs downstream of it: editing mpn_ce_only in mpn.yaml
+    replans mpn_ce_only's runs, the table and the claims that show them, nothing else."""
+    changed, planned = edited_jobs(tmp_path, snakemake_jobs, "mpn", "    loss: {mpn_weight: 0.0}\n",
+                                   "    loss: {mpn_weight: 0.5}\n")
+    assert {(job["rule"], job["wildcards"]["method"]) for job in changed} == {("train", "mpn_ce_only")}
     runs = {(job["rule"], job["wildcards"]["method"]) for job in planned if "method" in job["wildcards"]}
-    assert runs == {("train", "mpn_d64"), ("embed", "mpn_d64"), ("evaluate", "mpn_d64")}
-    assert {job["wildcards"].get("figure") for job in planned if job["rule"] == "figure"} == {
-        "mpn_fig5_dim_recall", "mpn_fig5_dim_nmi"}
-    assert {job["rule"] for job in planned} == {"train", "embed", "evaluate", "figure"}
+    assert runs == {("train", "mpn_ce_only"), ("embed", "mpn_ce_only"), ("evaluate", "mpn_ce_only")}
+    assert {job["wildcards"].get("table") for job in planned if job["rule"] == "report"} == {"mpn_table3"}
+    assert {job["rule"] for job in planned} == {"train", "embed", "evaluate", "report", "claims"}
+
+
+def test_editing_a_sweep_reruns_its_points_and_nothing_else(tmp_path, snakemake_jobs):
+    """A sweep's points are tracked by its keys: turning on the training-recall log of the U<d> sweep replans
+    deml_u384, deml_u192 and deml_u64 and the table that shows them."""
+    old = '    label: "U{d}"\n    set: {training: {log_train_recall: false, log_test_recall: false}}\n'
+    changed, planned = edited_jobs(tmp_path, snakemake_jobs, "deml", old,
+                                   old.replace("log_train_recall: false", "log_train_recall: true"))
+    points = {"deml_u384", "deml_u192", "deml_u64"}
+    assert {(job["rule"], job["wildcards"]["method"]) for job in changed} == {("train", m) for m in points}
+    runs = {(job["rule"], job["wildcards"]["method"]) for job in planned if "method" in job["wildcards"]}
+    assert runs == {(rule, m) for rule in ("train", "embed", "evaluate") for m in points}
+    assert {job["wildcards"].get("table") for job in planned if job["rule"] == "report"} == {"deml_table1"}

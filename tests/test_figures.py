@@ -33,10 +33,14 @@ LINE = {"kind": "metric_vs_param", "dataset": "synthetic", "metric": "R@1", "x_l
         "series": {"Margin": {"margin": 0.2, "contrastive": 1.0}}}
 
 
-def write_run(root, method: str, seed: int, r1: float, epochs: int = 3) -> None:
+def write_run(root, method: str, seed: int, r1: float, epochs: int = 3, queries: int = 10) -> None:
+    """A run of ``queries`` test queries whose R@1 is ``r1`` (metrics.json and per_query.npz agree), with a log."""
     run = root / "results" / "runs" / "synthetic" / method / f"seed{seed}"
     run.mkdir(parents=True)
     (run / "metrics.json").write_text(json.dumps({"R@1": r1, "NMI": 0.5}))
+    hits = round(r1 * queries)
+    ranks = np.where(np.arange(queries) < hits, 1, 2)
+    np.savez(run / "per_query.npz", row=np.arange(queries), first_hit_rank=ranks)
     pd.DataFrame({"epoch": range(1, epochs + 1), "loss": [1.0] * epochs, "val_R@1": [r1] * epochs,
                   "lr": [0.1] * epochs, "seconds": [1.0] * epochs, "images_per_s": [10.0] * epochs,
                   }).to_csv(run / "log.csv", index=False)
@@ -44,7 +48,11 @@ def write_run(root, method: str, seed: int, r1: float, epochs: int = 3) -> None:
 
 def test_inputs_are_the_runs_of_every_seed(params):
     config = with_figures(params, line=LINE)
-    assert figure_inputs(config, "line") == [
+    assert figure_inputs(config, "line") == [  # R@1 resamples the test queries: their per-query results too
+        f"results/runs/synthetic/{m}/seed{s}/{name}" for m in ("margin", "contrastive") for s in (0, 1)
+        for name in ("metrics.json", "per_query.npz")]
+    nmi = with_figures(params, line={**LINE, "metric": "NMI"})  # a per-run number: metrics.json alone
+    assert figure_inputs(nmi, "line") == [
         f"results/runs/synthetic/{m}/seed{s}/metrics.json" for m in ("margin", "contrastive") for s in (0, 1)]
 
 

@@ -106,3 +106,22 @@ def test_first_page_shows_the_merged_configuration(page: str):
     assert "Merged configuration" in description
     assert '"label": "Tiny overlay"' in description and '"num_classes": 8' in description
     assert "System Message" not in description  # the reStructuredText rendered without errors
+
+
+def test_the_report_opens_on_table1_and_its_plots(project: Path, page: str):
+    """What Snakemake 9 shows first is the workflow description beside the rule graph (the app's initial content,
+    "rulegraph", without --report-metadata): workflow/report/workflow.rst puts table1's page there, with its
+    plots embedded, above everything else."""
+    assert 'this.content = "rulegraph"' in page, "Snakemake's report no longer opens on the workflow description"
+    description = embedded(page, "workflow_desc")
+    table = description.index('<main class="dmlbench-table">')
+    assert table < description.index("About this report") < description.index("Merged configuration")
+    assert "<td>Triplet</td>" in description[table:] and "<th>R@1</th>" in description[table:]
+    plots = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,([^"]+)">', description[table:])
+    assert [html.unescape(alt).split(" ")[0] for alt, _ in plots] == ["Recall@K", "Training"]
+    assert [base64.b64decode(data) for _, data in plots] == [
+        (project / f"results/plots/table1_{name}.png").read_bytes() for name in ("recall_at_k", "training_curves")]
+    for css in re.findall(r"<style>(.*?)</style>", description, flags=re.S):  # the page's and the landing's
+        for selector in re.findall(r"([^{}]+)\{", re.sub(r"/\*.*?\*/", "", css, flags=re.S)):
+            assert all("dmlbench-table" in part for part in selector.split(",")), f"unscoped style: {selector}"
+    assert "javascript:app.showCategory('Tables')" in description  # the way to every table and plot

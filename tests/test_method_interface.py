@@ -5,9 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch

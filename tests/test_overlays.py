@@ -7,6 +7,7 @@ import torch
 
 from dmlbench.config import load_config, resolve_run
 from dmlbench.methods import build_recipe
+from dmlbench.report.claims import claim_methods
 
 from conftest import REPO
 
@@ -34,6 +35,19 @@ def test_every_table1_model_builds_and_embeds_on_the_overlay_backbone(overlay: s
             torch.testing.assert_close(norms, torch.ones(2), msg=f"{overlay}: {method} [{start}, {stop})")
 
 
+def test_every_claim_model_builds_under_cub_claims():
+    """The claims on real CUB train their methods (skipped claims included: ``claims.skip: []`` runs
+    them) on EfficientNet-Lite0: a variant whose cut points name small_cnn's stages (e.g. DIABLO's
+    post-attention ablation, ``stage3``/``stage4``) must be given Lite0's stages by the overlay."""
+    config = load_config([REPO / "params.yaml", *(REPO / "workflow" / "overlays" / f"{name}.yaml"
+                                                  for name in ("cub_lite", "cub_claims"))])
+    dataset = config["claims"]["dataset"]
+    for method in claim_methods(config):
+        run = resolve_run(config, dataset, method, 0)
+        run["training"]["backbone"]["pretrained"] = None
+        build_recipe(run).build_model()
+
+
 #: training settings that make cub_lite's table1 a like-for-like comparison: a method's own entry in
 #: params.yaml wins over an overlay's shared ``training``, so an entry written for the embedded default
 #: (e.g. mpn's BatchNorm trained at one rate) would silently change the protocol for that method alone.
@@ -59,3 +73,14 @@ def test_cub_lite_trains_every_table1_method_under_the_same_protocol():
             for key in path:
                 value, expected = value.get(key), expected.get(key)
             assert value == expected, f"cub_lite: {method}'s training.{'.'.join(path)} = {value!r}, margin's {expected!r}"
+
+
+def test_the_test_selected_overlay_logs_test_recall_and_still_selects_on_validation():
+    """``test_selected.yaml`` adds the papers' test-selected R@1 next to table1's columns; the runs it
+    changes keep the clean protocol's checkpoint (``selection: val``)."""
+    config = load_config([REPO / "params.yaml", *(REPO / "workflow" / "overlays" / f"{name}.yaml"
+                                                  for name in ("cub_lite", "test_selected"))])
+    assert "test_selected/R@1" in config["tables"]["table1"]["metrics"]
+    for method in config["tables"]["table1"]["methods"]:
+        training = resolve_run(config, "cub200", method, 0)["training"]
+        assert training["log_test_recall"] is True and training["selection"] == "val", method

@@ -14,7 +14,7 @@ from matplotlib.colors import to_hex
 from matplotlib.offsetbox import DrawingArea
 
 from dmlbench.report import RunDir, TableSpec, collect_runs, load_logs, plots, summarise
-from dmlbench.report.figures import render_figure
+from dmlbench.report.figures import metric_vs_param, render_figure
 from dmlbench.report.pipeline import table_spec
 from dmlbench.report.plots import (
     DPI,
@@ -220,6 +220,28 @@ def test_training_curve_bands_are_the_tables_interval_of_per_run_numbers(tmp_pat
     cell = summarise(collect_runs(runs), runs, spec).iloc[0]
     assert seed_half_widths(nmi[:, None])[0] == pytest.approx((cell["ci_high"] - cell["ci_low"]) / 2, abs=1e-12)
     assert np.isnan(seed_half_widths(np.array([[0.5, 0.4], [np.nan, 0.6]]))[0])  # one seed: no interval
+
+
+@pytest.mark.parametrize("metric", ["R@1", "NMI"])
+def test_metric_vs_param_bars_are_the_tables_confidence_intervals(params, tmp_path, monkeypatch, drawn, metric):
+    # margin: a hit in seed 0 and a miss in seed 1 (one query each) at K = 1: 50 ± 50 in the table (sample std: 70.7);
+    # contrastive misses at K = 1 in both seeds: 0 ± 0. NMI (0.50, 0.51 in both): seeds only, 50.5 ± 0.5 (std 0.7).
+    root = tmp_path / "results" / "runs"
+    ranks = {("margin", 0): [1], ("margin", 1): [3], ("contrastive", 0): [2], ("contrastive", 1): [2]}
+    runs = [write_run(root, "synthetic", m, s, np.array(r)) for (m, s), r in ranks.items()]
+    monkeypatch.chdir(tmp_path)
+    figure = {"kind": "metric_vs_param", "dataset": "synthetic", "metric": metric, "x_label": "x",
+              "series": {"line": {"contrastive": 2.0, "margin": 1.0}}}
+    render_figure({**params, "seeds": [0, 1], "figures": {"f": figure}}, "f", tmp_path / "f.png")
+    fig = drawn["f.png"]
+    means, halves = errorbars(fig.axes[0], "line")  # in x order: margin, contrastive
+    spec = TableSpec(["synthetic"], ["margin", "contrastive"], {"synthetic": [metric]})
+    table = summarise(collect_runs(runs), runs, spec).set_index("method")
+    assert means == pytest.approx([100 * table.loc[m, "mean"] for m in ("margin", "contrastive")], abs=1e-9)
+    assert halves == pytest.approx([100 * (table.loc[m, "ci_high"] - table.loc[m, "ci_low"]) / 2
+                                    for m in ("margin", "contrastive")], abs=1e-9)
+    assert halves.tolist() == pytest.approx([50.0, 0.0] if metric == "R@1" else [0.5, 0.5], abs=1e-9)
+    assert fig.legends[0].get_title().get_text() == metric_vs_param.LEGEND_TITLE  # says what the bars are
 
 
 # ---------------------------------------------------------------------------------------------- reference rows

@@ -16,6 +16,7 @@ from conftest import tiny_run
 from torch.utils.data import DataLoader
 
 import dmlbench.training.embedding as embedding
+from dmlbench.evaluation.evaluate import evaluate_embeddings
 from dmlbench.evaluation.files import load_embeddings_npz
 from dmlbench.evaluation.validation import check_stats
 from dmlbench.training.checkpoint import load_checkpoint
@@ -103,6 +104,35 @@ def test_paper_protocol_selects_on_test(params, tiny_manifest, tmp_path):
     train(run, tiny_manifest, tmp_path)
     checkpoint, log = outputs(tmp_path)
     assert checkpoint["selected_epoch"] == int(log["epoch"][log["test_R@1"].idxmax()])
+
+
+def test_the_papers_test_selected_epoch_is_recorded_beside_the_validation_selected_checkpoint(params, tiny_manifest,
+                                                                                             tmp_path):
+    """``log_test_recall`` logs each epoch's test R@1; the run keeps its validation-selected weights and
+    records the best test epoch (the papers' protocol) as ``test_selected/*``. The logged test R@1 of
+    the selected epoch is what evaluating the kept embedding gives, so the two columns compare like
+    with like."""
+    run = tiny_run(params, "binomial", epochs=4)
+    run["training"]["log_test_recall"] = True
+    train(run, tiny_manifest, tmp_path)
+    checkpoint, log = outputs(tmp_path)
+    assert checkpoint["selection"] == "val"
+    assert checkpoint["selected_epoch"] == int(log["epoch"][log["val_R@1"].idxmax()])
+    summary = checkpoint["summary"]
+    assert summary["test_selected/R@1"] == pytest.approx(log["test_R@1"].max())
+    assert summary["test_selected/epoch"] == int(log["epoch"][log["test_R@1"].idxmax()])
+    stored = load_embeddings_npz(embed_run(tmp_path / "out" / "checkpoint.pt", tiny_manifest, tmp_path / "e.npz"))
+    stats = check_stats(stored["stat_names"], stored["stat_values"])  # what evaluate copies into metrics.json
+    assert stats["test_selected/R@1"] == summary["test_selected/R@1"]
+    r1 = evaluate_embeddings(stored["embeddings"], stored["labels"], [1], split=stored.get("split"))["R@1"]
+    selected = log.set_index("epoch").loc[checkpoint["selected_epoch"], "test_R@1"]
+    assert r1 == pytest.approx(selected)
+    assert summary["test_selected/R@1"] >= r1
+
+
+def test_the_clean_protocol_records_no_test_selected_epoch(params, tiny_manifest, tmp_path):
+    train(tiny_run(params, "binomial", epochs=2), tiny_manifest, tmp_path)
+    assert not any(key.startswith("test_selected/") for key in outputs(tmp_path)[0]["summary"])
 
 
 def test_nan_loss_stops_with_a_clear_message(params, tiny_manifest, tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -20,8 +21,7 @@ jobs = m.snakemake_jobs(m.default_targets())
 names = m.stage_names(jobs)
 print(json.dumps([dict(rule=j.rule, name=names[j], command=j.spec.command, inputs=j.spec.inputs,
                        outputs=j.spec.outputs, logs=j.spec.logs, params=[key for _, key in j.spec.params],
-                       param_files=j.spec.params,
-                       code=m.code_deps(m.subcommand(j.spec.command))) for j in jobs]))
+                       param_files=j.spec.params, code=j.spec.code) for j in jobs]))
 """
 
 
@@ -105,22 +105,67 @@ def test_dependency_edges_agree(snakemake_jobs, dvc_stages):
 
 def test_stages_depend_only_on_the_code_they_import(snakemake_jobs, dvc_stages):
     """Editing report code reruns only report, figure and claims stages; evaluation does not depend on training."""
-    depends_on_report = {j["rule"] for j in snakemake_jobs if REPORT_CODE in dvc_stages[j["name"]]["deps"]}
+    def reads_report(deps: set[str]) -> bool:
+        return any(dep == REPORT_CODE or dep.startswith(f"{REPORT_CODE}/") for dep in deps)
+
+    depends_on_report = {j["rule"] for j in snakemake_jobs if reads_report(dvc_stages[j["name"]]["deps"])}
     assert depends_on_report == {j["rule"] for j in snakemake_jobs} & {"report", "figure", "claims"}
-    code = {j["rule"]: set(j["code"]) for j in snakemake_jobs}
-    assert {"src/dmlbench/training", "src/dmlbench/models", "src/dmlbench/losses", "src/dmlbench/methods",
-            "src/dmlbench/data"} <= code["train"]
-    assert "src/dmlbench/evaluation" in code["evaluate"]
-    assert not {"src/dmlbench/training", "src/dmlbench/models", "src/dmlbench/data"} & code["evaluate"]
+    code: dict[str, set[str]] = {}
+    for job in snakemake_jobs:
+        code.setdefault(job["rule"], set()).update(job["code"])
+    assert {"src/dmlbench/training/trainer.py", "src/dmlbench/models/embedder.py", "src/dmlbench/losses/registry.py",
+            "src/dmlbench/methods/base.py", "src/dmlbench/data/manifest.py"} <= code["train"]
+    assert "src/dmlbench/evaluation/recall.py" in code["evaluate"] or "src/dmlbench/evaluation" in code["evaluate"]
+    assert not any(path.startswith(("src/dmlbench/training", "src/dmlbench/models", "src/dmlbench/data"))
+                   for path in code["evaluate"])
     assert all((REPO / path).exists() for paths in code.values() for path in paths)
+
+
+def stage_code(snakemake_jobs: list[dict], rule: str, method: str) -> set[str]:
+    """The code deps of ``rule``'s job for ``method`` on the synthetic dataset, seed 0."""
+    job = next(j for j in snakemake_jobs if j["rule"] == rule and j["outputs"][0].split("/")[3] == method
+               and j["outputs"][0].split("/")[4] == "seed0")
+    return set(job["code"])
+
+
+def test_a_train_stage_depends_on_its_own_recipe_loss_and_backbone_modules_only(snakemake_jobs, dvc_stages):
+    """Issue 31: editing methods/dnc.py reruns D&C's stages, not triplet's (and a loss edit, its methods' only)."""
+    dnc, triplet = stage_code(snakemake_jobs, "train", "dnc"), stage_code(snakemake_jobs, "train", "triplet")
+    assert {"src/dmlbench/methods/dnc.py", "src/dmlbench/methods/dnc_clustering.py", "src/dmlbench/models/dnc.py",
+            "src/dmlbench/losses/margin.py"} <= dnc  # D&C (margin): its recipe, model and loss
+    assert "src/dmlbench/losses/triplet.py" in triplet
+    assert not any("dnc" in path for path in triplet) and "src/dmlbench/losses/margin.py" not in triplet
+    assert "src/dmlbench/losses/triplet.py" not in dnc
+    assert "src/dmlbench/methods/dnc.py" in stage_code(snakemake_jobs, "embed", "dnc")
+    assert "src/dmlbench/methods/dnc.py" not in stage_code(snakemake_jobs, "embed", "triplet")
+    for job in (j for j in snakemake_jobs if j["rule"] in ("train", "embed")):
+        assert dvc_stages[job["name"]]["deps"] >= set(job["code"]), job["name"]
+    # every train stage group shares one recipe: a D&C stage's deps name dnc.py, no other's do
+    from dmlbench.config import load_config, resolve_method
+
+    config = load_config([REPO / "params.yaml"])
+    dnc_methods = {m for m in config["methods"] if resolve_method(config, m).get("recipe") == "dnc"}
+    for job in (j for j in snakemake_jobs if j["rule"] == "train"):
+        reads_dnc = "src/dmlbench/methods/dnc.py" in dvc_stages[job["name"]]["deps"]
+        assert reads_dnc == (job["outputs"][0].split("/")[3] in dnc_methods), job["name"]
+
+
+def test_the_generator_uses_no_private_snakemake_api():
+    """Jobs come from a public dry run (issue 31), not from `_workflow`, `_prepare_dag` and `_build_dag`."""
+    assert re.findall(r"\._(?!_)\w+", SCRIPT.read_text()) == []
 
 
 def test_code_deps_follow_imports_and_module_names_in_strings():
     sys.path.insert(0, str(SCRIPT.parent))
     import make_dvc_yaml as m
 
-    assert "src/dmlbench/methods" in m.code_deps("train")  # recipes are imported by name (methods.RECIPES)
-    assert "src/dmlbench/report" not in m.code_deps("train")  # config.py's lazy validation imports not followed
+    everything = m.code_deps("train")  # no run named: every recipe (named by strings in methods.RECIPES)
+    assert {"src/dmlbench/methods/dnc.py", "src/dmlbench/methods/mpn.py"} <= set(everything)
+    triplet = m.code_deps("train", (("recipe", "baseline"), ("loss", "triplet"), ("backbone", "small_cnn")))
+    assert "src/dmlbench/methods/base.py" in triplet and "src/dmlbench/methods/mpn.py" not in triplet
+    assert "src/dmlbench/models/backbones/small_cnn.py" in triplet
+    assert "src/dmlbench/models/backbones/resnet.py" not in triplet
+    assert not any(path.startswith("src/dmlbench/report") for path in everything)  # config.py's lazy imports
     with pytest.raises(ValueError, match="cmd_nosuch"):
         m.code_deps("nosuch")
 
@@ -130,8 +175,13 @@ def test_templates_give_their_jobs_back():
     import make_dvc_yaml as m
 
     wildcards = {"dataset": "synthetic", "method": "triplet", "seed": "1"}
-    literals = m.wildcard_literals(["results/runs/{dataset}/{method}/seed{seed}/log.csv"], wildcards)
     path = "results/runs/synthetic/triplet/seed1/log.csv"
+    other = {"dataset": "synthetic", "method": "margin", "seed": "2"}
+    literals = m.path_literals([[path], ["results/runs/synthetic/margin/seed2/log.csv"]], [wildcards, other])
+    assert literals == {"dataset": {""}, "method": {""}, "seed": {"", "seed"}}
+    commands = m.aligned_templates(["train --seed 1 --threads 1 x/seed1", "train --seed 2 --threads 1 x/seed2"],
+                                   [wildcards, other])
+    assert commands == ["train --seed ${item.seed} --threads 1 x/seed${item.seed}"] * 2
     expected = "results/runs/${item.dataset}/${item.method}/seed${item.seed}/log.csv"
     assert m.templated(path, wildcards, literals) == expected
     assert m.templated("methods.triplet_wide.loss", wildcards, literals) == "methods.triplet_wide.loss"
@@ -153,13 +203,14 @@ def test_metrics_are_dvc_metrics_and_training_logs_dvc_plots(snakemake_jobs, dvc
 
 def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_jobs):
     from dmlbench.config import load_config, method_chain
+    from dmlbench.generated import origin_keys
 
     config = load_config([REPO / "params.yaml"])
 
     def runs_of(rule: str) -> set[tuple[str, str, str]]:
         return {tuple(j["outputs"][0].split("/")[2:5]) for j in snakemake_jobs if j["rule"] == rule}
 
-    evaluated, trained = runs_of("evaluate"), runs_of("train")
+    evaluated, trained = runs_of("evaluate"), runs_of("train") | runs_of("train_tuned")
     embedded = runs_of("embed") | runs_of("ensemble") | runs_of("reembed")
     tables = {(d, m, f"seed{s}") for t in config["tables"].values() for d in t["datasets"] for m in t["methods"]
               for s in t.get("seeds", config["seeds"])}
@@ -167,10 +218,12 @@ def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_
     assert runs_of("embed") <= trained
     assert not {m for _, m, _ in trained} & {m for m, spec in config["methods"].items()
                                              if "ensemble_members" in spec or "checkpoint_of" in spec}
-    for job in (j for j in snakemake_jobs if j["rule"] == "train"):
+    for job in (j for j in snakemake_jobs if j["rule"] in ("train", "train_tuned")):
         method = job["outputs"][0].split("/")[3]
         methods = {p.split(".")[1] for p in job["params"] if p.startswith("methods.")}
-        assert methods == set(method_chain(config, method))  # its own section and its bases'
+        # its own section and its bases', each written one by its keys (a generated one by those that generate it)
+        assert methods == {m for m in method_chain(config, method)
+                           if all(key.startswith(f"methods.{m}.") for key in origin_keys(config, "methods", m))}
         assert not any(p.endswith(".label") for p in job["params"])  # renaming a method does not retrain it
 
 

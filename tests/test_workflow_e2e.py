@@ -87,7 +87,9 @@ def commit(project: Path, message: str) -> None:
 
 
 def stages_run(output: str) -> set[str]:
-    return set(re.findall(r"Running stage '([^']+)'", output))
+    """The stages dvc ran, named ``<group>-<run>`` whether the run is one of a foreach group (``train@tiny-…``)
+    or, alone in its group, a stage of its own (``train-tiny-…``)."""
+    return {stage.replace("@", "-", 1) for stage in re.findall(r"Running stage '([^']+)'", output)}
 
 
 def test_dvc_repro_builds_the_table_and_reruns_only_the_edited_method(project: Path):
@@ -103,7 +105,7 @@ def test_dvc_repro_builds_the_table_and_reruns_only_the_edited_method(project: P
     assert "results/runs/tiny/triplet/seed0/log.csv" in (project.parent / "plots/index.html").read_text()
     commit(project, "table1")
 
-    triplet = {"train@tiny-triplet-0", "embed@tiny-triplet-0", "evaluate@tiny-triplet-0", "report-table1"}
+    triplet = {"train-tiny-triplet-0", "embed-tiny-triplet-0", "evaluate-tiny-triplet-0", "report-table1"}
     assert stages_run(run([dvc, "exp", "run", "-S", "methods.triplet.loss.margin=0.3"], project)) == triplet
     assert "methods.triplet.loss.margin" in run([dvc, "exp", "show", "--md"], project)
     assert "results/runs/tiny/triplet/seed0/metrics.json" in run([dvc, "metrics", "diff"], project)

@@ -45,8 +45,9 @@ def test_table_seeds_figure_inputs_and_inherited_params(tmp_path):
     trains = {(j["wildcards"]["method"], j["wildcards"]["seed"]) for j in jobs if j["rule"] == "train"}
     assert trains == {("margin", "0"), ("margin_wide", "0"), ("margin", "1"), ("margin_wide", "1")}
     figure = next(j for j in jobs if j["rule"] == "figure")
-    assert set(figure["inputs"]) == {f"results/runs/synthetic/{m}/seed{s}/metrics.json"
-                                     for m in ("margin", "margin_wide") for s in (0, 1)}
+    assert set(figure["inputs"]) == {f"results/runs/synthetic/{m}/seed{s}/{name}"  # R@1's interval: per query
+                                     for m in ("margin", "margin_wide") for s in (0, 1)
+                                     for name in ("metrics.json", "per_query.npz")}
     assert {"figures.ablation_dim", "methods.margin_wide.label", "methods.margin.label"} <= set(figure["params"])
     report = next(j for j in jobs if j["rule"] == "report")
     assert {i.split("/")[4] for i in report["inputs"]} == {"seed0"}  # the table's own seeds

@@ -1,4 +1,4 @@
-"""What exists: methods, tables, figures, datasets and backbones, one line each (``dmlbench list``),
+"""What exists: methods, tables, figures, datasets, losses and backbones, one line each (``dmlbench list``),
 and the "did you mean" suggestion for a mistyped name.
 
 >>> did_you_mean("tripplet", ["triplet", "margin", "dnc"])
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 #: What ``dmlbench list`` can list.
-KINDS: tuple[str, ...] = ("methods", "tables", "figures", "datasets", "backbones")
+KINDS: tuple[str, ...] = ("methods", "tables", "figures", "datasets", "losses", "backbones")
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -51,10 +51,36 @@ def _dataset_line(spec: Mapping[str, Any]) -> str:
     return f"{spec.get('label', '')} (kind {spec['kind']})"
 
 
-def _backbone_lines() -> dict[str, str]:
-    from dmlbench.models.backbones import BACKBONES
+def _first_line(doc: str | None) -> str:
+    return plain_text((doc or "").strip().split("\n")[0])
 
-    return {name: plain_text((build.__doc__ or "").strip().split("\n")[0]) for name, build in BACKBONES.items()}
+
+def _backbone_lines() -> dict[str, str]:
+    """The registered backbones, then the ``timm:<model>`` form (timm is imported here only, for its count)."""
+    from dmlbench.models.backbones import BACKBONES
+    from dmlbench.models.backbones.timm_backbone import timm_model_count
+
+    lines = {name: _first_line(build.__doc__) for name, build in BACKBONES.items()}
+    count = timm_model_count()
+    available = (f"any of timm's {count} models, e.g. timm:resnet18, timm:resnet18.a1_in1k (a pretrained tag)"
+                 if count is not None else "timm is not installed: pip install 'dmlbench[timm]'")
+    lines["timm:<model>"] = (f"{available}; named stages where the model exposes them; weights from a local file "
+                             f"or timm's cache (pretrained: timm), never downloaded")
+    return lines
+
+
+def _loss_lines() -> dict[str, str]:
+    """The built-in losses, then the ``pml:<LossClass>`` and miner forms (pytorch-metric-learning imported here)."""
+    from dmlbench.losses.pml_adapter import pml_class_names
+    from dmlbench.losses.registry import LOSS_CLASSES
+
+    lines = {name: f"{_first_line(cls.__doc__)} (paper-exact default)" for name, cls in LOSS_CLASSES.items()}
+    losses, miners = pml_class_names("loss"), pml_class_names("miner")
+    lines["pml:<LossClass>"] = (f"a pytorch-metric-learning loss, keyword arguments beside name ({len(losses)}: "
+                                f"{', '.join(losses)})")
+    lines["pml:<MinerClass>"] = (f"a pytorch-metric-learning miner, as a pml: loss's miner (a name, or "
+                                 f"{{name, ...keyword arguments}}; {len(miners)}: {', '.join(miners)})")
+    return lines
 
 
 def plain_text(text: str) -> str:
@@ -74,6 +100,8 @@ def catalog(config: Mapping[str, Any], kind: str) -> dict[str, str]:
     """
     if kind == "backbones":
         return _backbone_lines()
+    if kind == "losses":
+        return _loss_lines()
     describe = {"methods": lambda name: _method_line(config, name),
                 "tables": lambda name: _table_line(config["tables"][name]),
                 "figures": lambda name: _figure_line(config["figures"][name]),

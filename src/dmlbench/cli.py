@@ -5,6 +5,7 @@
     dmlbench prepare DATASET                      → data/prepared/DATASET/manifest.csv
     dmlbench pretrain --dataset D                  → data/pretrained/D/<backbone>.pt (+ .sha256, <backbone>_run/)
     dmlbench train --dataset D --method M --seed S → results/runs/D/M/seedS/{checkpoint.pt,log.csv}
+    dmlbench tune --dataset D --method M           → results/tuning/D/M/{best.yaml,trials.csv} (+ study.journal)
     dmlbench embed RUN_DIR                         → RUN_DIR/embeddings.npz
     dmlbench embed RUN_DIR --method M              → results/runs/D/M/seedS/embeddings.npz (M re-embeds RUN_DIR)
     dmlbench evaluate EMBEDDINGS.npz --out METRICS.json   (+ per_query.npz beside it)
@@ -12,7 +13,9 @@
     dmlbench summary TABLE                         prints results/tables/TABLE.csv as a text table
     dmlbench claims                                → results/tables/claims.{tex,md,csv}
     dmlbench info backbones                        stages and output shapes of every backbone
-    dmlbench list methods|tables|figures|datasets|backbones   what exists, one line each
+    dmlbench list methods|tables|figures|datasets|losses|backbones   what exists, one line each
+    dmlbench show run --dataset D --method M [--seed S]       each effective setting and the file:line that sets it
+    dmlbench show method M                         its base: chain and resolved section, with sources
 
 Parameters come from ``--config`` files (default ``params.yaml``; more files are
 overlays merged on top, like Snakemake's ``--configfile``).
@@ -42,6 +45,7 @@ from dmlbench.paths import contained
 
 PREPARED_DIR = Path("data/prepared")
 RUNS_DIR = Path("results/runs")
+TUNING_DIR = Path("results/tuning")
 PLOTS_DIR = Path("results/plots")
 SCRATCH_DIR = Path(".scratch")
 #: environment variable: ``1`` lets an error through with its traceback (for debugging) instead of one line.
@@ -176,9 +180,21 @@ def cmd_train(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else run_dir(args.dataset, args.method, args.seed)
     scratch = Path(args.scratch_dir) if args.scratch_dir else SCRATCH_DIR / out
     manifest = Path(args.manifest) if args.manifest else manifest_path(args.dataset)
-    result = train_run(run, manifest, out, scratch, progress=not args.no_progress)
+    result = train_run(run, manifest, out, scratch, progress=not args.no_progress, configs=args.config)
     print(f"trained {out}: selected epoch {result.best_epoch} ({run['training']['selection']} score "
           f"{result.best_score:.4f})")
+
+
+def cmd_tune(args: argparse.Namespace) -> None:
+    from dmlbench.tuning.job import tune
+
+    out = Path(args.out) if args.out else contained(TUNING_DIR, args.dataset, args.method)
+    scratch = Path(args.scratch_dir) if args.scratch_dir else SCRATCH_DIR / out
+    manifest = Path(args.manifest) if args.manifest else manifest_path(args.dataset)
+    result = tune(load_config(args.config), args.dataset, args.method, manifest, out, scratch,
+                  progress=not args.no_progress)
+    print(f"tuned {args.method} on {args.dataset}: {result.completed} trials, best score {result.best_score:.4f} "
+          f"-> {result.best}, {result.trials}")
 
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
@@ -290,11 +306,17 @@ def cmd_figure(args: argparse.Namespace) -> None:
 
 def cmd_list(args: argparse.Namespace) -> None:
     """One line per name: the name, then what it is (label, recipe and loss; title; kind)."""
-    config = load_config(args.config) if args.kind != "backbones" else {}
+    config = load_config(args.config) if args.kind not in ("losses", "backbones") else {}
     entries = catalog(config, args.kind)
     width = max((len(name) for name in entries), default=0)
     for name, line in entries.items():
         print(f"{name:<{width}}  {line}")
+
+
+def cmd_show(args: argparse.Namespace) -> None:
+    from dmlbench.show import show
+
+    print(show(args), end="")
 
 
 def cmd_info(args: argparse.Namespace) -> None:
@@ -305,6 +327,14 @@ def cmd_info(args: argparse.Namespace) -> None:
         print(f"{name} (input 3×{args.image_size}×{args.image_size})")
         for stage, shape in backbone.stage_shapes(args.image_size).items():
             print(f"  {stage:<12} {'×'.join(str(s) for s in shape)}")
+
+
+def add_run_arguments(parser: argparse.ArgumentParser,
+                      method_help: str = "a key of the 'methods' params section (dmlbench list methods)") -> None:
+    """The required ``--dataset`` and ``--method`` of a command about one (dataset, method), names checked."""
+    parser.add_argument("--dataset", type=name_argument("dataset name"), required=True,
+                        help="a key of the 'datasets' params section (dmlbench list datasets)")
+    parser.add_argument("--method", type=name_argument("method name"), required=True, help=method_help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -341,10 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_download_weights)
 
     p = sub.add_parser("train", help="train one run (dataset, method, seed); resumes when interrupted")
-    p.add_argument("--dataset", type=name_argument("dataset name"), required=True,
-                   help="a key of the 'datasets' params section (dmlbench list datasets)")
-    p.add_argument("--method", type=name_argument("method name"), required=True,
-                   help="a key of the 'methods' params section (dmlbench list methods)")
+    add_run_arguments(p)
     p.add_argument("--seed", type=_integer_at_least(0, "a run seed"), required=True,
                    help="the run's seed (fixes every random draw: a CPU run is bit-for-bit repeatable)")
     p.add_argument("--manifest", help="default data/prepared/DATASET/manifest.csv")
@@ -353,6 +380,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     with_config(p)
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("tune", help="equal-budget tuning of one method on one dataset (tuning.tables): its Optuna "
+                                    "study on class-disjoint folds of the training classes; resumes when "
+                                    "interrupted")
+    add_run_arguments(p, method_help="a trained method of a table listed under tuning.tables (its entry's "
+                                     "tuning.space)")
+    p.add_argument("--manifest", help="default data/prepared/DATASET/manifest.csv (only its train rows are read)")
+    p.add_argument("--out", help="default results/tuning/DATASET/METHOD")
+    p.add_argument("--scratch-dir", help="the trials' resume checkpoints (default .scratch/<out>)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    with_config(p)
+    p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("pretrain", help="train a backbone by classification on a dataset's pretraining classes "
                                         "(params 'pretraining'); resumes when interrupted")
@@ -426,10 +465,29 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.set_defaults(func=cmd_figure)
 
-    p = sub.add_parser("list", help="what exists: methods, tables, figures, datasets or backbones, one line each")
+    p = sub.add_parser("list", help="what exists: methods, tables, figures, datasets, losses or backbones, one line "
+                                    "each")
     p.add_argument("kind", choices=KINDS, help="what to list")
     with_config(p)
     p.set_defaults(func=cmd_list)
+
+    config_help = ("params file, repeat for overlays (default: params.yaml); KEY=VALUE overrides a parameter, "
+                   "merged last (dotted KEY, YAML VALUE: --config training.epochs=3)")
+    p = sub.add_parser("show", help="a run's effective settings or a method's base chain, each with the file and "
+                                    "line that set it")
+    show = p.add_subparsers(dest="what", required=True, metavar="WHAT", help="run or method")
+    p = show.add_parser("run", help="every effective setting of one run (dataset, method, seed) and its source")
+    add_run_arguments(p)
+    p.add_argument("--seed", type=_integer_at_least(0, "a run seed"), help="the run's seed (default: the first "
+                                                                           "of 'seeds')")
+    p.add_argument("--config", action="append", metavar="YAML|KEY=VALUE", help=config_help)
+    p.set_defaults(func=cmd_show)
+    p = show.add_parser("method", help="a method's base: chain and its resolved section, with sources")
+    p.add_argument("method", type=name_argument("method name"), help="a key of the 'methods' params section")
+    p.add_argument("--dataset", type=name_argument("dataset name"),
+                   help="resolve with the entries' per_dataset.DATASET too")
+    p.add_argument("--config", action="append", metavar="YAML|KEY=VALUE", help=config_help)
+    p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("info", help="describe registered components: stages and output shapes of every backbone")
     p.add_argument("what", choices=["backbones"], help="what to describe")

@@ -49,7 +49,7 @@ PRESENTATION_KEYS = ("label", "recall_ks")
 #: the top-level key of a parameter file that lists its experiments files (consumed by :func:`params_sources`).
 EXPERIMENTS_KEY = "experiments"
 #: the sections an experiments file may define; each entry of them is defined by one file only.
-EXPERIMENT_SECTIONS = ("methods", "tables", "figures")
+EXPERIMENT_SECTIONS = ("methods", "tables", "figures", "sweeps")
 #: stands for a key that one of two compared mappings does not have (:func:`differing_keys`).
 _ABSENT = object()
 #: deepest nesting of mappings and lists a parameter file may have, aliases expanded (the project's files
@@ -215,6 +215,33 @@ def _suggestion(error: jsonschema.ValidationError) -> str:
     return did_you_mean(str(unexpected[0]), allowed) if unexpected else ""
 
 
+def _raise_schema_errors(validator: jsonschema.protocols.Validator, instance: Any, prefix: str, source: str) -> None:
+    """Raise a :class:`ConfigError` listing the first 10 schema errors of ``instance``, each at its key path
+    (after ``prefix``), with :func:`_suggestion`; nothing when it is valid."""
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"  {'.'.join(filter(None, [prefix, *map(str, err.absolute_path)])) or '<top>'}: "
+                 f"{err.message}{_suggestion(err)}" for err in errors[:10]]
+        raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
+
+
+def conforms(config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` passes the schema (not yet the cross-key checks of :func:`validate_config`)."""
+    return _Validator(schema()).is_valid(config)
+
+
+def check_section(config: Mapping[str, Any], key: str, source: str = "params") -> None:
+    """Validate the top-level section ``key`` alone against its part of the schema (nothing when absent): the
+    expansions of :mod:`dmlbench.generated` read ``sweeps`` and ``tuning`` before the whole is validated.
+
+    Raises:
+        ConfigError: as :func:`validate_config`, naming the key paths.
+    """
+    if key in config:
+        full = schema()
+        _raise_schema_errors(_Validator({**full["properties"][key], "$defs": full["$defs"]}), config[key], key, source)
+
+
 def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     """Validate against the schema and check cross-references between sections.
 
@@ -226,12 +253,7 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
         listed = ", ".join(f"{path} = {value}" for path, value in non_finite[:10])
         raise ConfigError(f"{source}: parameters must be finite numbers; {listed}. Write a number "
                           f"(YAML reads .nan, .inf and -.inf as NaN and infinities).")
-    validator = _Validator(schema())
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"  {'.'.join(str(p) for p in err.absolute_path) or '<top>'}: {err.message}{_suggestion(err)}"
-                 for err in errors[:10]]
-        raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
+    _raise_schema_errors(_Validator(schema()), config, "", source)
     for name, section_ in config.get("methods", {}).items():
         if "ensemble_members" in section_:
             extra = sorted(set(section_) - {"base", "label", "ensemble_members"})
@@ -278,6 +300,9 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
     from dmlbench.report.claims import check_claims
 
     check_claims(config, source)
+    from dmlbench.tuning.entries import check_tuning
+
+    check_tuning(config, source)
 
 
 def _check_runs(config: Mapping[str, Any], source: str) -> None:
@@ -332,26 +357,33 @@ def params_sources(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
 
     Raises:
         ConfigError: a malformed list, a missing or malformed experiments file, or an entry of
-            ``methods``, ``tables`` or ``figures`` defined by two of these files (naming both).
+            ``methods``, ``tables``, ``figures`` or ``sweeps`` defined by two of these files, or a method that
+            one writes and a sweep generates (naming both).
     """
     path = Path(path)
     data = load_yaml(path)
     listed = data.pop(EXPERIMENTS_KEY, [])
     sources = [(path, data), *((file, _load_experiments_file(file)) for file in _experiments_files(path, listed))]
     _check_unique_entries(sources)
+    from dmlbench.sweeps import check_written_points  # imports this module
+
+    check_written_points(sources)
     return sources
 
 
 def merge_params(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """``params.yaml`` and overlays (in order), each followed by its experiments files, deep-merged
-    (not validated: see :func:`load_config`)."""
+    """``params.yaml`` and overlays (in order), each followed by its experiments files, deep-merged, with the
+    entries they generate added (sweeps' points, tuned tables: :func:`dmlbench.generated.expand_params`);
+    not validated: see :func:`load_config`."""
+    from dmlbench.generated import expand_params  # imports this module
+
     if not paths:
         raise ConfigError("no parameter file given (expected params.yaml and optional overlays)")
     merged: dict[str, Any] = {}
     for path in paths:
         for _, data in params_sources(path):
             merged = deep_merge(merged, data)
-    return merged
+    return expand_params(merged)
 
 
 def load_config(paths: Sequence[str | Path]) -> dict[str, Any]:
@@ -409,7 +441,7 @@ def method_chain(config: Mapping[str, Any], method: str) -> list[str]:
 
 
 def resolve_method(config: Mapping[str, Any], method: str, dataset: str | None = None) -> dict[str, Any]:
-    """The method section merged over its bases (``base`` and ``per_dataset`` removed).
+    """The method section merged over its bases (``base``, ``per_dataset`` and ``tuning`` removed).
 
     With ``dataset``, each section's ``per_dataset.<dataset>`` is merged right after that section,
     so a derived method's own settings still win over its base's per-dataset ones (an ablation
@@ -431,6 +463,7 @@ def resolve_method(config: Mapping[str, Any], method: str, dataset: str | None =
             merged = deep_merge(merged, per_dataset.get(dataset, {}))
     merged.pop("base", None)
     merged.pop("checkpoint_of", None)
+    merged.pop("tuning", None)  # the tune job's search space (dmlbench.tuning), never a setting of the runs
     return merged
 
 

@@ -17,9 +17,11 @@ from dmlbench.config import (
     validate_config,
 )
 from dmlbench.evaluation.ensemble import member_seeds
+from dmlbench.generated import origin_keys
 from dmlbench.methods.validation import check_planned_methods
 from dmlbench.names import one_of
 from dmlbench.workflow_checks import check_no_future_dated_files, check_one_configfile_option, overrides_overlay
+from dmlbench.workflow_params import PARAM_KEYS
 
 # Every rule calls the same CLI with the same parameter files Snakemake read, from the
 # environment that runs Snakemake (so `.venv/bin/snakemake` works without activating it).
@@ -96,12 +98,14 @@ def table_runs(table, filename, trained_only=False):
 
 # rule name → function(wildcards) → the dotted params keys the rule reads. Each rule
 # declares them through tracked_params(), which makes them Snakemake params (so an edit
-# reruns the job) and lets make_dvc_yaml.py declare the same keys as the DVC stage's params.
-PARAM_KEYS = {}
+# reruns the job) and lets make_dvc_yaml.py declare the same keys as the DVC stage's params
+# (it reads them from dmlbench.workflow_params after its dry run).
+PARAM_KEYS.clear()
 
 
-def lookup(key):
-    """config value at a dotted key such as 'methods.triplet'."""
+def config_at(key):
+    """config value at a dotted key such as 'methods.triplet' (named so as not to shadow Snakemake's own
+    `lookup`, which Snakefiles may use)."""
     node = config
     for part in key.split("."):
         node = node[part]
@@ -110,18 +114,20 @@ def lookup(key):
 
 def subkeys(key, exclude=()):
     """Dotted keys of the entries of the mapping at `key`, minus `exclude`."""
-    return [f"{key}.{name}" for name in lookup(key) if name not in exclude]
+    return [f"{key}.{name}" for name in config_at(key) if name not in exclude]
 
 
 def method_keys(method, exclude=()):
-    """Dotted keys of a method's section and of its bases' sections (`base:` inheritance)."""
-    return [key for name in method_chain(config, method) for key in subkeys(f"methods.{name}", exclude)]
+    """Dotted keys of a method's section and of its bases' sections (`base:` inheritance); a generated
+    section (a sweep's point, a tuned entry) counts as the keys that generate it, and a search space
+    (`tuning`, read by the tune job only) is not a key of the method's runs (dmlbench.generated)."""
+    return [key for name in method_chain(config, method) for key in origin_keys(config, "methods", name, exclude)]
 
 
 def tracked_params(rule_name, keys):
     """Register `keys(wildcards)` for `rule_name`; return a params function giving their values."""
     PARAM_KEYS[rule_name] = keys
-    return lambda wildcards: {key: lookup(key) for key in keys(wildcards)}
+    return lambda wildcards: {key: config_at(key) for key in keys(wildcards)}
 
 
 def dataset_labels(datasets):

@@ -55,7 +55,7 @@ rule pretrain:
             lambda w: [
                 f"pretraining.{w.dataset}",
                 "training",
-                *subkeys(f"datasets.{w.dataset}", [k for k in lookup(f"datasets.{w.dataset}") if k != "training"]),
+                *subkeys(f"datasets.{w.dataset}", [k for k in config_at(f"datasets.{w.dataset}") if k != "training"]),
                 *method_keys(pretraining_method(w.dataset), PRESENTATION_KEYS),
             ],
         ),

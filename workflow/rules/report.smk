@@ -4,6 +4,7 @@
 import time
 
 from dmlbench.report import read_cells_csv, render_text
+from dmlbench.tuning.entries import tuned_keys
 
 WORKFLOW_START = time.time()
 
@@ -13,7 +14,8 @@ def report_keys(table):
     spec = config["tables"][table]
     labels = [f"datasets.{d}.label" for d in spec["datasets"] if "label" in config["datasets"][d]]
     labels += [key for m in spec["methods"] for key in method_keys(m) if key.endswith(".label")]
-    return [f"tables.{table}", "seeds", *labels]
+    # a generated table (<table>_tuned) is tracked as the keys that generate it (dmlbench.generated)
+    return [*(tuned_keys(config, "tables", table) or [f"tables.{table}"]), "seeds", *labels]
 
 
 def table_report(path, caption, shows):
@@ -33,6 +35,7 @@ rule report:
         metrics=lambda w: table_runs(w.table, "metrics.json"),
         per_query=lambda w: table_runs(w.table, "per_query.npz"),
         logs=lambda w: table_runs(w.table, "log.csv", trained_only=True),
+        tuned=lambda w: table_tuned_settings(w.table),  # a tuned table's best.yaml files (tune.smk)
     output:
         table="results/tables/{table}.tex",
         csv="results/tables/{table}.csv",
@@ -42,11 +45,12 @@ rule report:
         recall=table_report("results/plots/{table}_recall_at_k.png", "recall_at_k.rst", "Recall@K"),
     params:
         tracked=tracked_params("report", lambda w: report_keys(w.table)),
+        tuned=lambda w: config_options(table_tuned_settings(w.table)),
     log:
         "results/logs/report/{table}.log",
     shell:
         "{DMLBENCH} report {wildcards.table:q} --tables-dir results/tables --plots-dir results/plots"
-        " {CONFIG_ARGS} > {log:q} 2>&1"
+        " {CONFIG_ARGS}{params.tuned} > {log:q} 2>&1"
 
 
 onsuccess:

@@ -17,6 +17,24 @@ def option_files(wildcards):
     ]
 
 
+def train_keys(dataset, method):
+    """The params a run of `method` on `dataset` reads: the training defaults, the dataset's training
+    section and the method's keys (with its bases', no labels)."""
+    return [
+        "training",
+        *subkeys(f"datasets.{dataset}", [k for k in config_at(f"datasets.{dataset}") if k != "training"]),
+        *method_keys(method, PRESENTATION_KEYS),
+    ]
+
+
+# a run's command up to its log; rule train_tuned (tune.smk) adds the run's best.yaml
+TRAIN_COMMAND = (
+    "{DMLBENCH} train --dataset {wildcards.dataset:q} --method {wildcards.method:q} --seed {wildcards.seed:q}"
+    " --manifest {input.data:q}/manifest.csv --out \"$(dirname {output.checkpoint:q})\" --threads {threads}"
+    " --no-progress {CONFIG_ARGS}"
+)
+
+
 rule train:
     wildcard_constraints:
         method=TRAINED_METHOD,
@@ -28,23 +46,14 @@ rule train:
         checkpoint=f"{RUN_DIR}/checkpoint.pt",
         log=f"{RUN_DIR}/log.csv",
     params:
-        tracked=tracked_params(
-            "train",
-            lambda w: [
-                "training",
-                *subkeys(f"datasets.{w.dataset}", [k for k in lookup(f"datasets.{w.dataset}") if k != "training"]),
-                *method_keys(w.method, PRESENTATION_KEYS),
-            ],
-        ),
+        tracked=tracked_params("train", lambda w: train_keys(w.dataset, w.method)),
     threads: 1
     resources:
         gpu=1,
     log:
         "results/logs/train/{dataset}/{method}/seed{seed}.log",
     shell:
-        "{DMLBENCH} train --dataset {wildcards.dataset:q} --method {wildcards.method:q} --seed {wildcards.seed:q}"
-        " --manifest {input.data:q}/manifest.csv --out \"$(dirname {output.checkpoint:q})\" --threads {threads}"
-        " --no-progress {CONFIG_ARGS} > {log:q} 2>&1"
+        TRAIN_COMMAND + " > {log:q} 2>&1"
 
 
 rule embed:

@@ -1,16 +1,24 @@
 """Generate dvc.yaml from the Snakemake DAG (the Snakefile is the single source of truth).
 
+The jobs come from Snakemake's public API: a dry run (``DAGApi.execute_workflow`` with the ``dryrun``
+executor, every job forced) logs each job's rule, wildcards, input, output and log files and shell command
+as a ``JOB_INFO`` record of the logger-plugin interface, which :func:`dry_run` collects; the params keys that
+each rule tracks come from :mod:`dmlbench.workflow_params`, which the rules fill while Snakemake reads them.
+
 Each rule becomes a templated DVC stage, ``foreach`` over its jobs (keyed by their wildcard values,
 e.g. ``train@synthetic-triplet-0``), whose ``cmd`` is the rule's own shell command — ``dmlbench
-<subcommand> …`` with the arguments Snakemake passes, the wildcards as ``${item.<name>}``. DVC
-interpolates strings only, never lists, so jobs whose inputs or params differ by more than their
-wildcard values (a method with other keys, an ensemble's member runs) go to further groups of the rule,
-``<rule>_2``, ``<rule>_3``, … (largest first). Every generated stage is checked to instantiate back to
-its Snakemake job. A stage's
+<subcommand> …`` with the arguments Snakemake passes, the wildcards as ``${item.<name>}`` (where the jobs of
+the rule have their wildcard values: :func:`aligned_templates`). DVC interpolates strings only, never
+lists, so jobs whose inputs, params or code differ by more than their wildcard values (a method with
+other keys or another recipe, an ensemble's member runs) go to further groups of the rule, ``<rule>_2``,
+``<rule>_3``, … (largest first). Every generated stage is checked to instantiate back to its Snakemake
+job. A stage's
 
-- ``deps`` are the job's inputs and the code its subcommand runs (:func:`code_deps`: the
-  ``cmd_<subcommand>`` function of cli.py and the dmlbench modules it imports, transitively, as top-level
-  packages), so editing report code reruns only the stages that import it (report, figure, claims);
+- ``deps`` are the job's inputs and the code it runs (:func:`code_deps`), module by module: the
+  ``cmd_<subcommand>`` function of cli.py and the dmlbench modules it imports, transitively; a registry
+  (recipes, losses, backbones: :func:`registries`) contributes only the entries the job's run names (its
+  recipe, loss and backbone, with what they import), so editing ``methods/dnc.py`` reruns only D&C's
+  stages and editing report code only the stages that import it (report, figure, claims);
 - ``params`` are the dotted keys the rule declared with ``tracked_params`` (workflow/rules/common.smk),
   each under the parameter file that sets it (:func:`param_files`): params.yaml's keys as plain entries,
   an experiments file's as ``- workflow/experiments/<paper>.yaml: [methods.<m>.options, …]`` (DVC reads
@@ -30,6 +38,7 @@ import contextlib
 import difflib
 import functools
 import io
+import logging
 import os
 import re
 import shlex
@@ -38,6 +47,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import yaml
 
@@ -53,26 +64,27 @@ METRICS = frozenset({"metrics.json"})
 PLOTS = {"log.csv": {"x": "epoch", "y": "val_R@1"}}
 #: rules whose outputs persist across reruns (large archives, checksummed by the command itself).
 PERSISTENT_RULES = frozenset({"download"})
+#: the suffix of a module's file; a package's other files (data it reads, e.g. params.schema.json) come with it.
+SOURCE_SUFFIX = ".py"
 #: modules whose imports code_deps does not follow (the modules themselves are deps): their lazy imports
 #: check the params of other steps (config.py: figures, claims, recipes' names) or list components for
 #: `dmlbench list` and "did you mean" (catalog.py); they do not make a step's outputs.
 UNFOLLOWED = frozenset({f"{PACKAGE}.config", f"{PACKAGE}.catalog"})
 ITEM = "${{item.{}}}"
-#: a wildcard while a template's command is formatted: characters that shlex.quote leaves as they are, so a
-#: rule's `{…:q}` gives the template the same words as the job (whose values are names, never quoted)
-PLACEHOLDER = "@item.{}@"
 WORD = "A-Za-z0-9_"
 
 
 @dataclass(frozen=True)
 class Spec:
-    """What DVC needs of a job: its command, input and output paths and tracked params as ``(file, key)``."""
+    """What DVC needs of a job: its command, input and output paths, tracked params as ``(file, key)`` and the
+    source files of the code it runs (:func:`code_deps`)."""
 
     command: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     logs: tuple[str, ...]
     params: tuple[tuple[str, str], ...]
+    code: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -93,25 +105,62 @@ class Job:
 
 def snakemake_jobs(targets: list[str], configfiles: list[Path] | None = None) -> list[Job]:
     """Every job of the DAG that builds ``targets``, whatever is already on disk (``configfiles``: overlays)."""
+    from dmlbench.config import merge_params
+    from dmlbench.workflow_params import PARAM_KEYS
+
+    configfiles = list(configfiles or [])
+    infos = [info for info in dry_run(targets, configfiles) if info["output"]]
+    config = merge_params([PARAMS_YAML, *configfiles])
+    files = param_files([PARAMS_YAML, *configfiles])
+    by_rule: dict[str, list[tuple[dict[str, str], Spec]]] = defaultdict(list)
+    for info in infos:
+        by_rule[info["rule"]].append((info["wildcards"], to_spec(info, PARAM_KEYS, files, config)))
+    jobs = []
+    for rule, members in by_rule.items():
+        for (wildcards, spec), template in zip(members, templates_of(members), strict=True):
+            if instantiate(template, wildcards) != spec:
+                raise AssertionError(f"rule {rule}: the template of job {wildcards} does not give the job back")
+            jobs.append(Job(rule, tuple(wildcards.items()), spec, template))
+    return sorted(jobs, key=lambda j: (j.rule, j.wildcards))
+
+
+def dry_run(targets: list[str], configfiles: list[Path]) -> list[dict[str, Any]]:
+    """The jobs of a forced dry run of ``targets`` through Snakemake's public API, each as its ``JOB_INFO`` log
+    record gives it: ``rule``, ``wildcards``, ``input``, ``output``, ``log`` (lists of paths) and ``shellcmd``."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.enums import Quietness
-    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        ExecutionSettings,
+        OutputSettings,
+        ResourceSettings,
+    )
+    from snakemake_interface_logger_plugins.common import LogEvent
 
+    jobs: list[dict[str, Any]] = []
+
+    class JobInfo(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == LogEvent.JOB_INFO:
+                jobs.append({"rule": record.rule_name, "wildcards": dict(record.wildcards),
+                             "input": list(record.input), "output": list(record.output), "log": list(record.log),
+                             "shellcmd": record.shellcmd})
+
+    handler = JobInfo()
+    logger = logging.getLogger("snakemake.logging")
     with contextlib.redirect_stdout(io.StringIO()), SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-        workflow_api = api.workflow(
-            resource_settings=ResourceSettings(cores=1),
-            config_settings=ConfigSettings(configfiles=configfiles or []),
-            snakefile=ROOT / "Snakefile",
-            workdir=ROOT,
-        )
-        dag_api = workflow_api.dag(DAGSettings(targets=set(targets), forceall=True))
-        workflow = dag_api.workflow_api._workflow
-        workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
-        workflow._build_dag()
-        param_keys = workflow.globals["PARAM_KEYS"]
-        files = param_files([PARAMS_YAML, *(configfiles or [])])
-        jobs = [to_job(job, param_keys, files) for job in workflow.dag.jobs if job.output]
-    return sorted(jobs, key=lambda j: (j.rule, j.wildcards))
+        logger.addHandler(handler)
+        try:
+            workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1),
+                                        config_settings=ConfigSettings(configfiles=configfiles),
+                                        snakefile=ROOT / "Snakefile", workdir=ROOT)
+            dag_api = workflow_api.dag(DAGSettings(targets=set(targets), forceall=True))
+            dag_api.execute_workflow(executor="dryrun",
+                                     execution_settings=ExecutionSettings(lock=False, ignore_incomplete=True))
+        finally:
+            logger.removeHandler(handler)
+    return jobs
 
 
 def param_files(paths: list[Path]) -> Callable[[str], tuple[str, ...]]:
@@ -130,56 +179,97 @@ def param_files(paths: list[Path]) -> Callable[[str], tuple[str, ...]]:
     return files
 
 
-def to_job(job, param_keys: Mapping, files: Callable[[str], tuple[str, ...]]) -> Job:
-    """A Snakemake job (``snakemake.jobs.Job``) as a :class:`Job`; ``files``: :func:`param_files`."""
-    wildcards = dict(job.wildcards_dict)
-    keys = param_keys.get(job.rule.name)
-    params = tuple((file, key) for key in (keys(job.wildcards) if keys else ()) for file in files(key))
-    spec = Spec(creating_dirs(job.shellcmd, [*job.output, *job.log]), tuple(sorted(map(str, job.input))),
-                tuple(map(str, job.output)), tuple(map(str, job.log)), params)
-    template = template_of(job, wildcards, params)
-    if instantiate(template, wildcards) != spec:
-        raise AssertionError(f"rule {job.rule.name}: the template of job {wildcards} does not give the job back")
-    return Job(job.rule.name, tuple(wildcards.items()), spec, template)
+def to_spec(info: Mapping[str, Any], param_keys: Mapping, files: Callable[[str], tuple[str, ...]],
+            config: Mapping[str, Any]) -> Spec:
+    """A job of :func:`dry_run` as a :class:`Spec`; ``param_keys``: :data:`dmlbench.workflow_params.PARAM_KEYS`,
+    ``files``: :func:`param_files`, ``config``: the merged parameters (for the job's run: :func:`run_entries`)."""
+    wildcards = info["wildcards"]
+    keys = param_keys.get(info["rule"])
+    params = tuple((file, key) for key in (keys(SimpleNamespace(**wildcards)) if keys else ()) for file in files(key))
+    command = creating_dirs(info["shellcmd"], [*info["output"], *info["log"]])
+    return Spec(command, tuple(sorted(map(str, info["input"]))), tuple(map(str, info["output"])),
+                tuple(map(str, info["log"])), params,
+                code_deps(subcommand(command), run_entries(config, subcommand(command), wildcards, info["input"])))
 
 
-def template_of(job, wildcards: Mapping[str, str], params: tuple[tuple[str, str], ...]) -> Spec:
-    """The job with its wildcards as ``${item.<name>}``: the rule's own output and log patterns and shell
-    command, and the job's inputs and params keys (not their files) with the wildcard values replaced
-    (:func:`templated`)."""
-    from snakemake.io import apply_wildcards
-    from snakemake.iocontainers import Namedlist
+def templates_of(members: list[tuple[Mapping[str, str], Spec]]) -> list[Spec]:
+    """The jobs of one rule with their wildcard values written as ``${item.<name>}``: the command where the
+    jobs have their values (:func:`aligned_templates`); the paths and params keys wherever a value stands
+    as a whole word, or after the literal that precedes it in the rule's output paths, as ``seed`` in
+    ``.../seed0/...`` (:func:`templated`)."""
+    wildcard_sets = [wildcards for wildcards, _ in members]
+    literals = path_literals([[*spec.outputs, *spec.logs] for _, spec in members], wildcard_sets)
+    commands = aligned_templates([spec.command for _, spec in members], wildcard_sets)
+    templates = []
+    for (wildcards, spec), command in zip(members, commands, strict=True):
+        def item(text: str, wildcards: Mapping[str, str] = wildcards) -> str:
+            return templated(text, wildcards, literals)
 
-    items = {name: PLACEHOLDER.format(name) for name in wildcards}
-    literals = wildcard_literals(map(str, job.rule.output), wildcards)
-    inputs = Namedlist(toclone=job.input,
-                       custom_map=lambda path: templated(str(path), wildcards, literals, PLACEHOLDER))
-    outputs, logs = (Namedlist(toclone=files, custom_map=lambda pattern: apply_wildcards(pattern, items))
-                     for files in (job.rule.output, job.rule.log))
-    command = job.format_wildcards(job.rule.shellcmd, wildcards=Namedlist(fromdict=items), input=inputs,
-                                   output=outputs, log=logs)
+        templates.append(replace(spec, command=command, inputs=tuple(sorted(map(item, spec.inputs))),
+                                 outputs=tuple(map(item, spec.outputs)), logs=tuple(map(item, spec.logs)),
+                                 params=tuple((file, item(key)) for file, key in spec.params)))
+    return templates
 
-    def item(text: str) -> str:
-        return re.sub(r"@item\.(\w+)@", lambda match: ITEM.format(match.group(1)), text)
 
-    return Spec(item(creating_dirs(command, [*outputs, *logs])), tuple(sorted(map(item, inputs))),
-                tuple(map(item, outputs)), tuple(map(item, logs)),
-                tuple((file, templated(key, wildcards, literals)) for file, key in params))
+def _tokens(text: str) -> list[str]:
+    """``text`` as runs of word characters and runs of the others."""
+    return re.findall(rf"[{WORD}]+|[^{WORD}]+", text)
+
+
+def _literal(tokens: Iterable[str], values: Iterable[str | None]) -> str | None:
+    """The text ``L`` such that each token is ``L`` followed by its value, or None."""
+    literals = set()
+    for token, value in zip(tokens, values, strict=True):
+        if not value or not token.endswith(value):
+            return None
+        literals.add(token[:len(token) - len(value)])
+    return literals.pop() if len(literals) == 1 else None
+
+
+def _aligned(texts: list[str], wildcard_sets: list[Mapping[str, str]]) -> Iterator[tuple[list[int], int, str, str]]:
+    """For texts of one shape (the same runs of non-word characters), each word position where every text has
+    ``literal + its value of a wildcard``: ``(indices of the texts, position, wildcard name, literal)``."""
+    tokens = [_tokens(text) for text in texts]
+    shapes: dict[tuple[str | None, ...], list[int]] = defaultdict(list)
+    for i, parts in enumerate(tokens):
+        shapes[tuple(None if re.fullmatch(rf"[{WORD}]+", part) else part for part in parts)].append(i)
+    for shape, indices in shapes.items():
+        for position, separator in enumerate(shape):
+            if separator is not None:
+                continue
+            for name in wildcard_sets[indices[0]]:
+                literal = _literal([tokens[i][position] for i in indices],
+                                   [wildcard_sets[i].get(name) for i in indices])
+                if literal is not None:
+                    yield indices, position, name, literal
+                    break
+
+
+def aligned_templates(texts: list[str], wildcard_sets: list[Mapping[str, str]]) -> list[str]:
+    """Each text with ``${item.<name>}`` at the word positions where all texts of its shape hold their own value
+    of wildcard ``name`` (after one literal, as ``seed`` in ``seed0``): ``--seed 1 --threads 1`` keeps its
+    ``--threads 1`` when other jobs of the rule have other seeds."""
+    tokens = [_tokens(text) for text in texts]
+    for indices, position, name, literal in _aligned(texts, wildcard_sets):
+        for i in indices:
+            tokens[i][position] = literal + ITEM.format(name)
+    return ["".join(parts) for parts in tokens]
+
+
+def path_literals(paths: list[list[str]], wildcard_sets: list[Mapping[str, str]]) -> dict[str, set[str]]:
+    """For each wildcard, the word characters that precede its value in the rule's output and log paths
+    (``seed`` in ``.../seed0/...``; empty always), found where all jobs of the rule hold their values."""
+    literals: dict[str, set[str]] = {name: {""} for wildcards in wildcard_sets for name in wildcards}
+    slots = {len(files) for files in paths}
+    for slot in range(min(slots, default=0)):
+        for _, _, name, literal in _aligned([files[slot] for files in paths], wildcard_sets):
+            literals[name].add(literal)
+    return literals
 
 
 def creating_dirs(command: str, paths: Iterable[str]) -> str:
     """``command`` after creating the folders of its outputs and logs (as Snakemake does before a job)."""
     return f"mkdir -p {' '.join(sorted({str(Path(path).parent) for path in paths}))} && {command}"
-
-
-def wildcard_literals(patterns: Iterable[str], wildcards: Mapping[str, str]) -> dict[str, set[str]]:
-    """For each wildcard, the word characters that precede it in the rule's output patterns
-    (``seed`` in ``.../seed{seed}/...``; empty after ``/``)."""
-    literals: dict[str, set[str]] = {name: {""} for name in wildcards}
-    for pattern in patterns:
-        for match in re.finditer(rf"([{WORD}]*)\{{({'|'.join(map(re.escape, wildcards))})\b", pattern):
-            literals[match.group(2)].add(match.group(1))
-    return literals
 
 
 def templated(text: str, wildcards: Mapping[str, str], literals: Mapping[str, set[str]], item: str = ITEM) -> str:
@@ -211,29 +301,121 @@ def subcommand(command: str) -> str:
 
 
 @functools.cache
-def code_deps(name: str) -> tuple[str, ...]:
-    """The source that ``dmlbench <name>`` runs: cli.py's top-level imports and its ``cmd_<name>`` function,
-    and the dmlbench modules they import, transitively (also modules named by a string constant, as in
-    registries loaded with ``importlib``); each module as its top-level package directory or module file,
-    plus the package's data files."""
-    cli = ast.parse((PACKAGE_DIR / "cli.py").read_text())
-    function = next((node for node in cli.body if isinstance(node, ast.FunctionDef)
-                     and node.name == f"cmd_{name.replace('-', '_')}"), None)
-    if function is None:
-        raise ValueError(f"cli.py has no cmd_{name.replace('-', '_')} for `{PACKAGE} {name}`")
-    imports = [node for node in cli.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-    seen = {f"{PACKAGE}.cli", PACKAGE}
-    todo = list(imported_modules(ast.Module(body=[*imports, function], type_ignores=[]), f"{PACKAGE}.cli"))
+def registries() -> dict[str, tuple[str, dict[str, str]]]:
+    """The registries whose entries a run names, each as ``kind → (registry module, {name → module of the
+    entry})``, read from the registries themselves: ``methods.RECIPES`` (a recipe's ``module:class``), the
+    losses' and ``models.backbones.BACKBONES`` (each entry's ``__module__``)."""
+    from dmlbench.losses import registry as losses
+    from dmlbench.methods import RECIPES
+    from dmlbench.models.backbones import BACKBONES
+
+    return {
+        "recipe": ("dmlbench.methods", {name: target.partition(":")[0] for name, target in RECIPES.items()}),
+        "loss": (losses.__name__, {name: cls.__module__ for name, cls in losses.LOSS_CLASSES.items()}),
+        "backbone": ("dmlbench.models.backbones", {name: build.__module__ for name, build in BACKBONES.items()}),
+    }
+
+
+def _registry_modules() -> frozenset[str]:
+    """The registries and the packages above them (``dmlbench.losses`` re-exports every loss): the modules whose
+    imports of entries are not followed."""
+    modules = set()
+    for registry, _ in registries().values():
+        parts = registry.split(".")
+        modules.update(".".join(parts[:end]) for end in range(2, len(parts) + 1))
+    return frozenset(modules)
+
+
+def run_entries(config: Mapping[str, Any], name: str, wildcards: Mapping[str, str],
+                inputs: Iterable[str] = ()) -> tuple[tuple[str, str], ...] | None:
+    """The registry entries (``(kind, name)``: recipe, loss, backbone) of the runs that ``dmlbench <name>`` runs
+    in a job with these wildcards and inputs: the run of its ``dataset`` and ``method`` wildcards, which it
+    trains, tunes or embeds (``pretrain``: the dataset's pretraining run), else the runs whose files it reads
+    (a report builds its methods' recipes for their health checks); None when it reads no run (then it
+    depends on every entry)."""
+    from dmlbench.config import resolve_run
+
+    if name == "pretrain" and "dataset" in wildcards:
+        runs = {(wildcards["dataset"], config["pretraining"][wildcards["dataset"]]["method"])}
+    elif {"dataset", "method"} <= set(wildcards):  # train, embed, tune: the run of this dataset and method
+        runs = {(wildcards["dataset"], wildcards["method"])}
+    else:
+        runs = {(parts[2], parts[3]) for parts in (path.split("/") for path in inputs)
+                if parts[:2] == ["results", "runs"] and len(parts) > 4}
+    if not runs:
+        return None
+    entries = set()
+    for dataset, method in runs:
+        run = resolve_run(config, dataset, method, 0)
+        named = {"recipe": run["method_config"].get("recipe"), "backbone": run["training"]["backbone"].get("name"),
+                 "loss": (run["method_config"].get("loss") or {}).get("name")}
+        entries.update((kind, entry) for kind, entry in named.items() if entry is not None)
+    return tuple(sorted(entries))
+
+
+def _imports_of(module: str) -> Iterator[str]:
+    """The dmlbench modules ``module`` imports (:func:`imported_modules`), less the entries of a registry it is."""
+    found = imported_modules(ast.parse(module_file(module).read_text()), module)
+    if module not in _registry_modules():
+        yield from found
+        return
+    entries = {entry for _, table in registries().values() for entry in table.values()}
+    yield from (imported for imported in found if imported not in entries)
+
+
+def _closure(modules: Iterable[str], seen: set[str]) -> set[str]:
+    """``modules`` and the dmlbench modules they import, transitively (not from :data:`UNFOLLOWED`)."""
+    todo = list(modules)
     while todo:
         module = todo.pop()
         if module in seen:
             continue
         seen.add(module)
         if module not in UNFOLLOWED:
-            todo.extend(imported_modules(ast.parse(module_file(module).read_text()), module))
-    units = {unit(module) for module in seen}
-    data = {path.name for path in PACKAGE_DIR.iterdir() if path.is_file() and path.suffix != ".py"}
-    return tuple(f"src/{PACKAGE}/{name}" for name in sorted(units | data))
+            todo.extend(_imports_of(module))
+    return seen
+
+
+@functools.cache
+def code_deps(name: str, entries: tuple[tuple[str, str], ...] | None = None) -> tuple[str, ...]:
+    """The source files that ``dmlbench <name>`` runs: cli.py's top-level imports and its ``cmd_<name>``
+    function, and the dmlbench modules they import, transitively (also modules named by a string constant, as
+    in registries loaded with ``importlib``). A registry's entries (:func:`registries`) are not followed from
+    the registry: with ``entries`` (:func:`run_entries`) only those named are, with what they import; without,
+    all of them. Each module is its file; a package brings its data files; a folder all of whose files are
+    needed is named as the folder (:func:`folded`)."""
+    cli = ast.parse((PACKAGE_DIR / "cli.py").read_text())
+    function = next((node for node in cli.body if isinstance(node, ast.FunctionDef)
+                     and node.name == f"cmd_{name.replace('-', '_')}"), None)
+    if function is None:
+        raise ValueError(f"cli.py has no cmd_{name.replace('-', '_')} for `{PACKAGE} {name}`")
+    imports = [node for node in cli.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    seen = _closure(imported_modules(ast.Module(body=[*imports, function], type_ignores=[]), f"{PACKAGE}.cli"),
+                    {f"{PACKAGE}.cli", PACKAGE})
+    followed: set[str] = set()
+    while reached := [kind for kind, (registry, _) in registries().items() if registry in seen and kind not in followed]:
+        followed.update(reached)  # a recipe reaches the losses' and backbones' registries
+        _closure([module for kind in reached for entry, module in registries()[kind][1].items()
+                  if entries is None or (kind, entry) in entries], seen)
+    files = {module_file(module) for module in seen}
+    data = {path for file in files if file.name == "__init__.py" for path in file.parent.iterdir()
+            if path.is_file() and path.suffix != SOURCE_SUFFIX and not path.name.startswith(".")}
+    return folded({path.relative_to(ROOT).as_posix() for path in files | data})
+
+
+def folded(paths: set[str]) -> tuple[str, ...]:
+    """``paths`` (files under src/dmlbench) with each folder all of whose files are in it named as the folder
+    (the outermost such folder; ``__pycache__`` folders left out, as .dvcignore leaves them out of DVC's hash)."""
+    result = set(paths)
+    for folder, subfolders, names in os.walk(PACKAGE_DIR):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__" and not d.startswith("."))
+        inside = {(Path(parent) / name).relative_to(ROOT).as_posix()
+                  for parent, dirs, files in os.walk(folder)
+                  for name in files if "__pycache__" not in Path(parent).parts and not name.startswith(".")}
+        if Path(folder) != PACKAGE_DIR and inside and inside <= result:
+            result = (result - inside) | {Path(folder).relative_to(ROOT).as_posix()}
+            subfolders.clear()
+    return tuple(sorted(result))
 
 
 def module_file(module: str) -> Path | None:
@@ -268,16 +450,10 @@ def absolute(node: ast.ImportFrom, package: str) -> str:
     return ".".join([*parts[:len(parts) - node.level + 1], *([node.module] if node.module else [])])
 
 
-def unit(module: str) -> str:
-    """The dependency that covers a module: its top-level package directory, or its module file."""
-    top = module.split(".")[1] if "." in module else "__init__"
-    return top if (PACKAGE_DIR / top).is_dir() else f"{top}.py"
-
-
 def stage_body(rule: str, template: Spec) -> dict:
     """The dvc.yaml ``do`` (or stage) body of a template."""
     body: dict = {"cmd": template.command,
-                  "deps": [*template.inputs, *code_deps(subcommand(template.command))]}
+                  "deps": [*template.inputs, *template.code]}
     if template.params:
         body["params"] = params_entries(template.params)
     outs = [{path: {"persist": True}} if rule in PERSISTENT_RULES else path for path in template.outputs

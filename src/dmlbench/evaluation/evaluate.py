@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ from dmlbench.evaluation.clustering import KMeansSettings, clustering_nmi
 from dmlbench.evaluation.knn import faiss_threads
 from dmlbench.evaluation.per_query import per_query_arrays
 from dmlbench.evaluation.retrieval import QueryResults, build_task, query_results, retrieval_metrics
+from dmlbench.evaluation.timing import phase
 from dmlbench.evaluation.validation import (
     check_embeddings,
     check_labels,
@@ -123,15 +124,17 @@ def evaluate_views(
     concatenation of the L2-normalised learners, which is what the methods use
     at test time); each learner slice is L2-normalised on its own first
     (all-zero rows stay zero).
-    Distances are exact Euclidean distances (faiss ``IndexFlatL2``).
+    Distances are exact Euclidean distances (faiss ``IndexFlatL2``; from SOP-like sizes on, all-vs-all,
+    :mod:`dmlbench.evaluation.allpairs`, the same neighbours up to float32 rounding at half the GEMM).
 
     Retrieval (see :mod:`dmlbench.evaluation.retrieval`): without ``split``
     every item queries all other items, itself excluded by index; with
     ``split`` the 'query' rows search the 'gallery' rows. Queries with no
     other item of their class in the database (R = 0) are left out of R@K,
     MAP@R and RP, as in pytorch-metric-learning; ``num_lone_queries`` counts
-    them. NMI clusters all N rows (query and gallery together) with faiss
-    K-means, K = number of distinct labels among them.
+    them. NMI clusters all N rows (query and gallery together) with faiss's
+    K-means, K = number of distinct labels among them (from SOP-like sizes on, the same algorithm
+    computing only the distances that change, :func:`~dmlbench.evaluation.clustering.kmeans_fit_for_nmi`).
 
     Args:
         embeddings: (N, d) float, finite.
@@ -147,7 +150,7 @@ def evaluate_views(
         kmeans: K-means settings for NMI.
         chunk_size: queries per kNN search; peak memory is
             O(chunk_size × k + N × d) with k = max(max K, max R).
-        num_threads: faiss threads during the call (None: faiss's default).
+        num_threads: faiss and BLAS threads during the call (None: their defaults).
 
     Returns:
         ``per_query``: the arrays of :mod:`dmlbench.evaluation.per_query` (first-hit ranks exact at
@@ -166,25 +169,27 @@ def evaluate_views(
             same vector (a collapsed model: the metrics would only reflect the order of the rows).
         TypeError: embeddings, labels or learner_slices have the wrong dtype.
     """
-    x = check_embeddings(embeddings)
-    y = check_labels(labels, len(x))
-    query_mask = check_split(split, len(x))
-    slices = check_learner_slices(learner_slices, x.shape[1])
-    named = check_views(view_names, view_slices, x.shape[1])
-    stats = check_stats(stat_names, stat_values)
-    check_positive(chunk_size, "chunk_size")
-    check_positive(num_threads, "num_threads", optional=True)
-    task = build_task(y, query_mask)
-    check_not_collapsed(x, task.database_rows)
-    ks = check_recall_ks(recall_ks, task.database_size)
+    with phase("checks"):
+        x = check_embeddings(embeddings)
+        y = check_labels(labels, len(x))
+        query_mask = check_split(split, len(x))
+        slices = check_learner_slices(learner_slices, x.shape[1])
+        named = check_views(view_names, view_slices, x.shape[1])
+        stats = check_stats(stat_names, stat_values)
+        check_positive(chunk_size, "chunk_size")
+        check_positive(num_threads, "num_threads", optional=True)
+        task = build_task(y, query_mask)
+        check_not_collapsed(x, task.database_rows)
+        ks = check_recall_ks(recall_ks, task.database_size)
 
     metrics: dict[str, float] = {}
     per_view: dict[str, QueryResults] = {}
     with faiss_threads(num_threads):
         for prefix, view in _views(x, slices, named):
-            per_view[prefix] = query_results(view, task, ks, chunk_size, exact_ranks=True)
-            view_metrics = per_view[prefix].metrics(ks)
-            view_metrics["NMI"], view_metrics["kmeans_iterations"] = clustering_nmi(view, y, kmeans)
+            results = query_results(view, task, ks, chunk_size, exact_ranks=True, keep_neighbours=True)
+            view_metrics = results.metrics(ks)
+            view_metrics["NMI"], view_metrics["kmeans_iterations"] = clustering_nmi(view, y, kmeans, results.neighbours)
+            per_view[prefix] = replace(results, neighbours=None)  # the lists only served K-means
             metrics.update({prefix + name: value for name, value in view_metrics.items()})
     if slices:
         metrics.update(_learner_means(metrics, len(slices)))
@@ -197,7 +202,8 @@ def evaluate_views(
         num_classes=float(len(np.unique(y))),
         **kmeans.as_metrics(),
     )
-    return Evaluation(metrics, per_query_arrays(task, per_view))
+    with phase("per-query arrays"):
+        return Evaluation(metrics, per_query_arrays(task, per_view))
 
 
 def recall_at_k(
@@ -222,7 +228,7 @@ def recall_at_k(
         labels: (N,) int class labels.
         ks: K values, each ≤ N - 1.
         chunk_size: queries per kNN search.
-        num_threads: faiss threads during the call (None: faiss's default).
+        num_threads: faiss and BLAS threads during the call (None: their defaults).
 
     Returns:
         {K: fraction of queries with a same-label item among their K nearest neighbours}.

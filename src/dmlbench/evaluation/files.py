@@ -13,6 +13,7 @@ from dmlbench.atomic import write_npz_atomic, write_text_atomic
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.evaluation.evaluate import evaluate_views
+from dmlbench.evaluation.timing import phase
 from dmlbench.paths import distinct_outputs
 
 REQUIRED_KEYS = ("embeddings", "labels")
@@ -116,12 +117,15 @@ def evaluate_file(
     """
     outputs = {"--out": out_json} if per_query_path is None else {"--out": out_json, "--per-query": per_query_path}
     distinct_outputs(outputs, inputs={"EMBEDDINGS": npz_path})
-    arrays = load_embeddings_npz(npz_path)
+    with phase("read embeddings"):
+        arrays = load_embeddings_npz(npz_path)
     try:
         evaluation = evaluate_views(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size, **arrays)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{npz_path}: {err}") from err
     if per_query_path is not None:
-        write_npz_atomic(per_query_path, **evaluation.per_query)
-    write_json_atomic(evaluation.metrics, out_json)
+        with phase("per-query file"):
+            write_npz_atomic(per_query_path, **evaluation.per_query)
+    with phase("metrics file"):
+        write_json_atomic(evaluation.metrics, out_json)
     return evaluation.metrics

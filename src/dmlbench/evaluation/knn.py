@@ -46,17 +46,22 @@ class FlatIndex(Protocol):
 
 @contextlib.contextmanager
 def faiss_threads(num_threads: int | None) -> Iterator[None]:
-    """Run the block with faiss (OpenMP) limited to ``num_threads``; ``None`` leaves faiss's default.
+    """Run the block with faiss (OpenMP) and the BLAS libraries (numpy's GEMMs of
+    :mod:`~dmlbench.evaluation.allpairs` and :mod:`~dmlbench.evaluation.kmeans`) limited to ``num_threads``;
+    ``None`` leaves their defaults.
 
-    The previous setting is restored on exit.
+    The previous settings are restored on exit.
     """
     if num_threads is None:
         yield
         return
+    from threadpoolctl import threadpool_limits  # scikit-learn's dependency
+
     previous = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(num_threads)
     try:
-        yield
+        with threadpool_limits(limits=num_threads, user_api="blas"):
+            yield
     finally:
         faiss.omp_set_num_threads(previous)
 
@@ -141,9 +146,14 @@ def exclude_self_from(neighbours: np.ndarray, self_ids: np.ndarray) -> np.ndarra
            [0, 1],
            [1, 0]])
     """
+    return neighbours[_kept(neighbours, self_ids)].reshape(len(neighbours), -1)
+
+
+def _kept(neighbours: np.ndarray, self_ids: np.ndarray) -> np.ndarray:
+    """(c, k + 1) bool: the entries :func:`exclude_self_from` keeps."""
     is_self = neighbours == self_ids[:, None]
     is_self[~is_self.any(axis=1), -1] = True
-    return neighbours[~is_self].reshape(len(neighbours), -1)
+    return ~is_self
 
 
 def search(index: FlatIndex, points: np.ndarray, rows: np.ndarray, k: int, exclude_self: bool) -> np.ndarray:
@@ -160,6 +170,15 @@ def search(index: FlatIndex, points: np.ndarray, rows: np.ndarray, k: int, exclu
     Returns:
         (c, k) int64 database rows.
     """
+    return search_with_distances(index, points, rows, k, exclude_self)[0]
+
+
+def search_with_distances(index: FlatIndex, points: np.ndarray, rows: np.ndarray, k: int,
+                          exclude_self: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`search`, with the (c, k) float32 squared distances of the neighbours returned."""
     k_search = k + 1 if exclude_self else k
-    _, neighbours = index.search(points[rows], k_search)
-    return exclude_self_from(neighbours, rows) if exclude_self else neighbours
+    distances, neighbours = index.search(points[rows], k_search)
+    if not exclude_self:
+        return neighbours, distances
+    kept = _kept(neighbours, rows)
+    return neighbours[kept].reshape(len(rows), -1), distances[kept].reshape(len(rows), -1)

@@ -18,14 +18,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import faiss
 import numpy as np
 
-from dmlbench.evaluation.knn import FlatIndex, make_index, search
+from dmlbench.evaluation.knn import FlatIndex, make_index, search_with_distances
 from dmlbench.evaluation.map_at_r import average_precision_at_r, r_precision
 from dmlbench.evaluation.recall import first_hit_rank, recall_from_ranks
+from dmlbench.evaluation.timing import phase
 
 FIRST_PASS_K = 64
 """Neighbours fetched for every query (at least max R); deeper searches only for queries with no hit in them."""
+
+ALL_PAIRS_MIN_WORK = 5 * 10**10
+"""Smallest N²·d for which the all-vs-all protocol searches with one GEMM per pair of row blocks
+(:func:`all_pairs_applies`): 12,000 × 512-d rows and more; Cars (8,131 rows, 3.4·10¹⁰) and CUB stay on faiss."""
 
 RANK_BLOCK_ELEMENTS = 1 << 24
 """Most query × database distances held at once (64 MiB of float32) by :func:`exhaustive_first_hit_rank`."""
@@ -112,6 +118,15 @@ def build_task(labels: np.ndarray, query_mask: np.ndarray | None) -> RetrievalTa
     )
 
 
+def _neighbours(
+    index: FlatIndex, embeddings: np.ndarray, task: RetrievalTask, queries: slice | np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(c, k) database positions of the k nearest neighbours of the selected queries, nearest first, and
+    their (c, k) float32 squared distances. ``queries`` selects entries of ``task.query_rows``."""
+    rows = task.query_rows[queries]
+    return search_with_distances(index, embeddings, rows, k, exclude_self=task.database_rows is None)
+
+
 def _relevance(
     index: FlatIndex, embeddings: np.ndarray, task: RetrievalTask, queries: slice | np.ndarray, k: int
 ) -> np.ndarray:
@@ -119,12 +134,13 @@ def _relevance(
 
     ``queries`` selects entries of ``task.query_rows`` (a slice or an index array).
     """
-    neighbours = search(index, embeddings, task.query_rows[queries], k, exclude_self=task.database_rows is None)
+    neighbours, _ = _neighbours(index, embeddings, task, queries, k)
     return task.database_labels[neighbours] == task.query_labels[queries, None]
 
 
 def exhaustive_first_hit_rank(
-    embeddings: np.ndarray, database: np.ndarray, task: RetrievalTask, queries: np.ndarray, floor: int
+    embeddings: np.ndarray, database: np.ndarray, task: RetrievalTask, queries: np.ndarray, floor: int,
+    ties_within: int = 0,
 ) -> np.ndarray:
     """1-based rank of the first relevant database item of the selected queries, without a kNN search.
 
@@ -141,6 +157,9 @@ def exhaustive_first_hit_rank(
         task: from :func:`build_task`.
         queries: (c,) entries of ``task.query_rows``.
         floor: smallest possible rank.
+        ties_within: a rank up to this depth counts, as a search orders its neighbours, the items
+            as far as the first relevant one on a lower database row too (its position by (distance,
+            row)); a deeper one is reported as the larger of the strict count and ``ties_within`` + 1.
 
     Returns:
         (c,) int64 ranks ≥ ``floor``.
@@ -156,8 +175,32 @@ def exhaustive_first_hit_rank(
             distances[np.arange(len(selected)), task.query_rows[selected]] = np.inf
         relevant = task.database_labels[None, :] == task.query_labels[selected, None]
         nearest = np.where(relevant, distances, np.inf).min(axis=1)
-        ranks.append(1 + (distances < nearest[:, None]).sum(axis=1))
+        strict = 1 + (distances < nearest[:, None]).sum(axis=1)
+        if ties_within:
+            at_nearest = distances == nearest[:, None]
+            first_row = np.argmax(relevant & at_nearest, axis=1)  # the lowest relevant row at that distance
+            position = strict + (at_nearest & (np.arange(len(database)) < first_row[:, None])).sum(axis=1)
+            strict = np.where(position <= ties_within, position, np.maximum(strict, ties_within + 1))
+        ranks.append(strict)
     return np.maximum(np.concatenate(ranks), floor).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """The nearest other rows of some rows of an embedding matrix (all-vs-all protocol), nearest first.
+
+    :func:`dmlbench.evaluation.kmeans.lloyd` takes its first assignment from them: faiss starts
+    K-means from K of the rows, so a row's nearest starting centroid is usually among its neighbours.
+
+    Attributes:
+        rows: (Q,) int64 rows.
+        ids: (Q, k) int64 the k nearest other rows of each, by (distance, row).
+        distances: (Q, k) float32 their squared distances.
+    """
+
+    rows: np.ndarray
+    ids: np.ndarray
+    distances: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -170,11 +213,13 @@ class QueryResults:
             else any value above the searched depth means "beyond it".
         ap_at_r: (Q,) float64 AP@R in [0, 1], or None when not computed.
         r_precision: (Q,) float64 R-precision in [0, 1], or None when not computed.
+        neighbours: the first search's neighbour lists, when asked for (``keep_neighbours``).
     """
 
     first_hit_rank: np.ndarray
     ap_at_r: np.ndarray | None = None
     r_precision: np.ndarray | None = None
+    neighbours: Neighbours | None = None
 
     def metrics(self, recall_ks: Sequence[int]) -> dict[str, float]:
         """``R@K`` for each K, plus ``MAP@R`` and ``RP`` when computed: means over the queries."""
@@ -193,6 +238,7 @@ def query_results(
     with_map_at_r: bool = True,
     exact_ranks: bool = False,
     backend: str = "auto",
+    keep_neighbours: bool = False,
 ) -> QueryResults:
     """First-hit rank and, optionally, AP@R and R-precision of every query of one embedding view.
 
@@ -204,6 +250,9 @@ def query_results(
     (up to the float32-rounding caveat in :mod:`dmlbench.evaluation.knn`).
     With ``exact_ranks``, the queries with no relevant item even among those get their exact rank
     from :func:`exhaustive_first_hit_rank`; without, their rank is reported as (searched depth + 1).
+    In the all-vs-all protocol at SOP-like sizes on the CPU (:func:`all_pairs_applies`), one pass of
+    :func:`~dmlbench.evaluation.allpairs.all_pairs_neighbours` replaces the searches, with the same
+    answer up to float32 rounding (:func:`_all_pairs_results`).
 
     Args:
         embeddings: (N, d) float32, C-contiguous; distances are Euclidean on these vectors.
@@ -213,6 +262,8 @@ def query_results(
         with_map_at_r: also compute AP@R and RP (needs max(R) neighbours).
         exact_ranks: exact first-hit ranks beyond the searched depth.
         backend: where the kNN search runs (:data:`dmlbench.evaluation.knn.BACKENDS`).
+        keep_neighbours: in the all-vs-all protocol, also return the first search's neighbour lists
+            (:class:`Neighbours`, k1 per query, or per row on the all-pairs path; × 12 bytes).
     """
     ks = list(recall_ks)
     r = task.relevant_counts
@@ -220,28 +271,87 @@ def query_results(
     k_first = max(max_r, min(max(ks), FIRST_PASS_K))
     depth = max(max(ks), k_first)
     all_vs_all = task.database_rows is None
+    if all_vs_all and backend == "auto" and all_pairs_applies(embeddings, k_first):
+        return _all_pairs_results(embeddings, task, k_first, depth, max_r, exact_ranks, keep_neighbours)
     database = embeddings if all_vs_all else embeddings[task.database_rows]
     index = make_index(database, depth + int(all_vs_all), backend)
 
-    ranks, average_precision, precision_at_r = [], [], []
+    keep_neighbours = keep_neighbours and all_vs_all
+    ranks, average_precision, precision_at_r, kept_ids, kept_distances = [], [], [], [], []
     for start in range(0, len(r), chunk_size):
         chunk = slice(start, start + chunk_size)
-        relevance = _relevance(index, embeddings, task, chunk, k_first)
-        rank = first_hit_rank(relevance)
+        with phase("kNN search"):
+            neighbours, distances = _neighbours(index, embeddings, task, chunk, k_first)
+            relevance = task.database_labels[neighbours] == task.query_labels[chunk, None]
+            rank = first_hit_rank(relevance)
+        if keep_neighbours:
+            kept_ids.append(neighbours)
+            kept_distances.append(distances)
         deeper = np.flatnonzero(rank == k_first)
         if depth > k_first and len(deeper):
-            rank[deeper] = first_hit_rank(_relevance(index, embeddings, task, start + deeper, depth))
+            with phase("deeper search"):
+                rank[deeper] = first_hit_rank(_relevance(index, embeddings, task, start + deeper, depth))
         ranks.append(rank + 1)
         if with_map_at_r:
-            average_precision.append(average_precision_at_r(relevance[:, :max_r], r[chunk]))
-            precision_at_r.append(r_precision(relevance[:, :max_r], r[chunk]))
+            with phase("MAP@R/RP"):
+                average_precision.append(average_precision_at_r(relevance[:, :max_r], r[chunk]))
+                precision_at_r.append(r_precision(relevance[:, :max_r], r[chunk]))
     ranks_1 = np.concatenate(ranks)
     beyond = np.flatnonzero(ranks_1 > depth)
     if exact_ranks and len(beyond):
-        ranks_1[beyond] = exhaustive_first_hit_rank(embeddings, database, task, beyond, depth + 1)
+        with phase("exact first-hit ranks"):
+            ranks_1[beyond] = exhaustive_first_hit_rank(embeddings, database, task, beyond, depth + 1)
+    kept = Neighbours(task.query_rows, np.concatenate(kept_ids), np.concatenate(kept_distances)) if kept_ids else None
     if not with_map_at_r:
-        return QueryResults(ranks_1)
-    return QueryResults(ranks_1, np.concatenate(average_precision), np.concatenate(precision_at_r))
+        return QueryResults(ranks_1, neighbours=kept)
+    return QueryResults(ranks_1, np.concatenate(average_precision), np.concatenate(precision_at_r), kept)
+
+
+def all_pairs_applies(embeddings: np.ndarray, k: int) -> bool:
+    """Whether :func:`query_results` searches with :func:`~dmlbench.evaluation.allpairs.all_pairs_neighbours`.
+
+    Where it pays and where faiss would run on the CPU: N²·d ≥ :data:`ALL_PAIRS_MIN_WORK`, ``k`` < N,
+    and neither faiss nor torch sees a GPU. Below the threshold faiss searches, so the evaluations of
+    the synthetic dataset, CUB and Cars keep faiss's neighbours bit for bit.
+    """
+    from dmlbench.evaluation.knn import torch_cuda_available
+
+    num_points, dim = embeddings.shape
+    return (num_points * num_points * dim >= ALL_PAIRS_MIN_WORK and k < num_points
+            and faiss.get_num_gpus() == 0 and not torch_cuda_available())
+
+
+def _all_pairs_results(embeddings: np.ndarray, task: RetrievalTask, k_first: int, depth: int, max_r: int,
+                       exact_ranks: bool, keep_neighbours: bool) -> QueryResults:
+    """:func:`query_results` in the all-vs-all protocol from one pass of
+    :func:`~dmlbench.evaluation.allpairs.all_pairs_neighbours` for k1 neighbours of every row.
+
+    A query without a relevant item among them gets its rank from :func:`exhaustive_first_hit_rank`
+    (at least k1 + 1; up to ``depth`` its position by (distance, row), as the deeper search of the faiss
+    path gives it, beyond by the strict count), so no second search runs; without ``exact_ranks`` a rank
+    beyond ``depth`` is reported as depth + 1, as the search would.
+    """
+    from dmlbench.evaluation.allpairs import all_pairs_neighbours
+
+    with phase("kNN search"):
+        ids, distances = all_pairs_neighbours(embeddings, k_first)
+        neighbours = ids[task.query_rows]
+        relevance = task.database_labels[neighbours] == task.query_labels[:, None]
+        ranks_1 = first_hit_rank(relevance) + 1
+    misses = np.flatnonzero(ranks_1 > k_first)
+    if len(misses):
+        with phase("exact first-hit ranks"):
+            ranks_1[misses] = exhaustive_first_hit_rank(embeddings, embeddings, task, misses, k_first + 1,
+                                                        ties_within=depth)
+    if not exact_ranks:
+        np.minimum(ranks_1, depth + 1, out=ranks_1)
+    kept = Neighbours(np.arange(len(embeddings)), ids, distances) if keep_neighbours else None
+    if not max_r:
+        return QueryResults(ranks_1, neighbours=kept)
+    with phase("MAP@R/RP"):
+        within_r = relevance[:, :max_r]
+        r = task.relevant_counts
+        return QueryResults(ranks_1, average_precision_at_r(within_r, r), r_precision(within_r, r), kept)
 
 
 def retrieval_metrics(

@@ -172,12 +172,22 @@ def check_views(names: np.ndarray | None, slices: np.ndarray | None, dim: int) -
     return views
 
 
-#: A training statistic's name: ``clustering_share``, or one ``/`` level such as ``health/mask_std``.
-STAT_NAME = r"[a-z0-9_]+(/[a-z0-9_]+)?"
+#: A training statistic's name: ``clustering_share``, or one ``/`` level such as ``health/mask_std``, or an
+#: evaluation metric of another checkpoint choice such as ``test_selected/R@1`` (never a bare metric name, which
+#: would stand for the evaluation's own).
+STAT_NAME = r"[a-z0-9_]+(/([a-z0-9_]+|R@[0-9]+|NMI|MAP@R|RP))?"
 
 
 def check_stats(names: np.ndarray | None, values: np.ndarray | None) -> dict[str, float]:
-    """(S,) distinct names matching :data:`STAT_NAME` and (S,) finite numbers → ``{name: float}``."""
+    """(S,) distinct names matching :data:`STAT_NAME` and (S,) finite numbers → ``{name: float}``.
+
+    >>> check_stats(np.array(["health/mask_std", "test_selected/R@1"]), np.array([0.5, 0.25]))
+    {'health/mask_std': 0.5, 'test_selected/R@1': 0.25}
+    >>> check_stats(np.array(["R@1"]), np.array([0.25]))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dmlbench.evaluation.validation.EvaluationInputError: stats must have names matching ...
+    """
     if names is None and values is None:
         return {}
     if names is None or values is None:

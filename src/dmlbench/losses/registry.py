@@ -1,9 +1,14 @@
-"""Build a loss from its config: ``{"name": <loss>, **hyperparameters}``."""
+"""Build a loss from its config: ``{"name": <loss>, **hyperparameters}``.
+
+``<loss>`` is one of :data:`LOSS_NAMES` (the project's paper-exact losses) or ``pml:<LossClass>``, a
+loss class of pytorch-metric-learning through :mod:`dmlbench.losses.pml_adapter` (imported only then).
+"""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from torch import nn
@@ -15,7 +20,7 @@ from .norm_softmax import NormalizedSoftmaxLoss
 from .proxy_nca import ProxyNCALoss
 from .triplet import SemiHardTripletLoss
 
-__all__ = ["LOSS_NAMES", "build_loss", "loss_defaults"]
+__all__ = ["LOSS_CLASSES", "LOSS_NAMES", "build_loss", "loss_defaults", "loss_name_error"]
 
 _LOSSES: dict[str, type[nn.Module]] = {
     "contrastive": ContrastiveLoss,
@@ -26,10 +31,21 @@ _LOSSES: dict[str, type[nn.Module]] = {
     "norm_softmax": NormalizedSoftmaxLoss,
 }
 LOSS_NAMES: tuple[str, ...] = tuple(_LOSSES)
+#: the built-in loss classes by name (read-only).
+LOSS_CLASSES: Mapping[str, type[nn.Module]] = MappingProxyType(_LOSSES)
+
+
+def loss_name_error(name: Any) -> str:
+    """The message for an unknown loss name: a suggestion, the built-in names and the ``pml:`` form."""
+    from dmlbench.catalog import did_you_mean
+
+    return (f"unknown loss name {name!r}{did_you_mean(str(name), LOSS_NAMES)}; allowed names: "
+            f"{', '.join(LOSS_NAMES)}, or 'pml:<LossClass>' for a pytorch-metric-learning loss "
+            f"(`dmlbench list losses`)")
 
 
 def loss_defaults(name: str) -> dict[str, Any]:
-    """The hyperparameters of a loss with their default values.
+    """The hyperparameters of a built-in loss with their default values.
 
     The hyperparameters are the keyword-only arguments of the loss class.
 
@@ -37,7 +53,7 @@ def loss_defaults(name: str) -> dict[str, Any]:
         ValueError: unknown loss name (the message lists the known ones).
     """
     if name not in _LOSSES:
-        raise ValueError(f"unknown loss name {name!r}; allowed names: {', '.join(LOSS_NAMES)}")
+        raise ValueError(loss_name_error(name))
     parameters = inspect.signature(_LOSSES[name]).parameters.values()
     return {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
@@ -60,7 +76,9 @@ def build_loss(config: Mapping[str, Any], num_classes: int, embedding_dim: int) 
 
     Args:
         config: ``{"name": <one of LOSS_NAMES>, **hyperparameters}``; missing
-            hyperparameters take their defaults (:func:`loss_defaults`).
+            hyperparameters take their defaults (:func:`loss_defaults`). Or
+            ``{"name": "pml:<LossClass>", "miner": ..., **kwargs}``
+            (:func:`~dmlbench.losses.pml_adapter.build_pml_loss`).
         num_classes: number of (contiguous) training classes.
         embedding_dim: dimension of the embeddings the loss receives.
 
@@ -77,11 +95,18 @@ def build_loss(config: Mapping[str, Any], num_classes: int, embedding_dim: int) 
     if "name" not in config:
         raise ValueError(f"loss config is missing the key 'name'; allowed names: {', '.join(LOSS_NAMES)}")
     name = config["name"]
+    if isinstance(name, str) and name.startswith("pml:"):
+        from .pml_adapter import build_pml_loss
+
+        return build_pml_loss(config, num_classes=num_classes, embedding_dim=embedding_dim)
     defaults = loss_defaults(name)
     hyperparameters = {}
     for key, value in config.items():
         if key == "name":
             continue
+        if key == "miner":
+            raise ValueError(f"loss {name!r}: 'miner' applies to pml: losses only (the project's losses "
+                             f"choose their tuples as their papers do)")
         if key not in defaults:
             raise ValueError(
                 f"loss {name!r}: unknown hyperparameter {key!r}; "

@@ -15,7 +15,8 @@ from typing import Any
 
 from dmlbench.config import ConfigError, resolve_run
 from dmlbench.methods import build_recipe
-from dmlbench.models.backbones import check_backbone_name
+from dmlbench.models.backbones import check_backbone
+from dmlbench.models.backbones.weights import PretrainedWeightsError
 
 #: Classes of the stand-in training set a proxy loss is built for (its size does not matter here).
 CHECK_CLASSES = 2
@@ -62,10 +63,10 @@ def check_planned_methods(config: Mapping[str, Any], source: str = "params") -> 
     for dataset, method in planned_pairs(config):
         try:
             run = resolve_run(config, dataset, method, 0)
-            check_backbone_name(run["training"]["backbone"].get("name"))
+            check_backbone(run["training"]["backbone"])
             recipe = build_recipe(run)
             if "loss" in run["method_config"]:
                 recipe.build_loss(CHECK_CLASSES)
-        except (KeyError, ValueError, TypeError) as err:
+        except (KeyError, ValueError, TypeError, PretrainedWeightsError) as err:
             message = err.args[0] if isinstance(err, KeyError) and err.args else err
             raise ConfigError(f"{source}: methods.{method} on {dataset}: {message}") from err

@@ -16,11 +16,19 @@ from .caption import Varying, caption_text
 from .collect import RunDir, collect_runs, load_logs
 from .health import dead_caption, dead_cells
 from .html import write_html_page
-from .latex import plain_from_latex, render_comparison_table, write_table
+from .latex import latex_from_plain, plain_from_latex, render_comparison_table, write_table
+from .metric_format import metric_definitions
 from .paper_numbers import load_paper_numbers
 from .plots import plot_recall_at_k, plot_training_curves
 from .spec import TABLE_SUFFIXES, TableSpec
 from .summary import render_markdown, summarise, write_cells_csv
+
+
+#: Under the plots in a table's HTML page.
+RECALL_CAPTION = ("Recall@K against K, per dataset: the table's means and ± the half-widths of its 95 % intervals "
+                  "(reference rows dashed and grey).")
+CURVES_CAPTION = ("Training loss (divided by its first-epoch value) and validation R@1 per epoch of the trained "
+                  "methods: mean over the seeds, band: the 95 % interval over the seeds.")
 
 
 @dataclass(frozen=True)
@@ -68,14 +76,15 @@ def build_report(
     references: bool = True,
     log_runs: Sequence[RunDir] | None = None,
     health_checks: Mapping[tuple[str, str], Sequence[HealthCheck]] | None = None,
+    note: str = "",
 ) -> Report:
     """Write the comparison table and both plots for one table spec (what ``dmlbench report`` calls).
 
     The table goes to ``table_path`` (LaTeX, with the reference rows), and beside it to the same name
     with ``.csv`` (:data:`~.summary.CELL_COLUMNS`), ``.md`` (Markdown and the caption as plain text) and
-    ``.html`` (that Markdown as a page, for ``snakemake --report``). All six files are written in full
-    first and renamed into place together at the end (:func:`dmlbench.atomic.atomic_outputs`): a report
-    that fails or is killed part-way leaves every old file, never a new ``.tex`` beside an old ``.md``.
+    ``.html`` (that Markdown as a page followed by both plots, for ``snakemake --report``). All six files
+    are written in full first and renamed into place together at the end (:func:`dmlbench.atomic.atomic_outputs`):
+    a report that fails or is killed part-way leaves every old file, never a new ``.tex`` beside an old ``.md``.
 
     Args:
         runs: the run directories of the table (e.g. ``RunDir.from_path`` of each
@@ -94,6 +103,8 @@ def build_report(
             ensembles and methods that re-embed another checkpoint have none).
         health_checks: mechanism-health checks per (dataset, method) (the recipes'
             :meth:`~dmlbench.methods.base.Recipe.health_checks`); failing cells are marked.
+        note: plain text added to the caption after the settings (the table's ``caption``, e.g. a tuned
+            table's budget, folds and spaces).
 
     Returns:
         The cells and the failed health checks.
@@ -108,7 +119,9 @@ def build_report(
     results = collect_runs(runs)
     dead = dead_cells(results, health_checks or {})
     cells = summarise(results, runs, spec, dead)
-    caption = " ".join(filter(None, [caption_text(settings), dead_caption(dead, spec)]))
+    shown = [metric for dataset in spec.datasets for metric in spec.metrics[dataset]]
+    caption = " ".join(filter(None, [caption_text(settings), latex_from_plain(note),
+                                     latex_from_plain(metric_definitions(shown)), dead_caption(dead, spec)]))
     logs = load_logs(runs if log_runs is None else log_runs)
     paper_numbers = load_paper_numbers() if references else None
     table_path = Path(table_path)
@@ -118,7 +131,9 @@ def build_report(
         write_cells_csv(tmp[".csv"], cells)
         markdown = render_markdown(cells, plain_from_latex(caption))
         write_text_atomic(tmp[".md"], markdown)
-        write_html_page(tmp[".html"], markdown, title=table_path.stem)
         plot_training_curves(logs, tmp["training-curves plot"], spec)
         plot_recall_at_k(cells, spec, tmp["Recall@K plot"])
+        figures = [(RECALL_CAPTION, Path(tmp["Recall@K plot"]).read_bytes()),
+                   (CURVES_CAPTION, Path(tmp["training-curves plot"]).read_bytes())]
+        write_html_page(tmp[".html"], markdown, title=table_path.stem, figures=figures)
     return Report(cells, dead)

@@ -15,7 +15,10 @@ Formatting decisions:
 - reference rows (numbers printed in the papers, see :mod:`.paper_numbers`) follow
   under a ``\\midrule``, one row per (method, paper), only for datasets of the
   table; they are never bold and never part of the bold computation;
-- tables with more than :data:`WIDE_COLUMNS` value columns use ``table*``; every
+- a table of several datasets with more than :data:`BLOCK_COLUMNS` value columns (the paper overlay's
+  table1: four datasets of up to nine metrics) is set as blocks of whole datasets stacked in one float, each
+  with its own header rows and every method row, so that its cells keep a readable size;
+- tables (or blocks) with more than :data:`WIDE_COLUMNS` value columns use ``table*``; every
   tabular is shrunk to the line width only when wider than it.
 """
 
@@ -35,6 +38,8 @@ from .spec import TableSpec
 from .summary import MISSING, Layout, styled_text
 
 WIDE_COLUMNS = 8
+#: Most value columns of one block of a table of several datasets (a dataset with more is a block of its own).
+BLOCK_COLUMNS = 12
 #: Appended to the cells of a (method, dataset) whose mechanism did not engage (:mod:`.health`).
 DEAD_MARK = "\\textsuperscript{\\dag}"
 
@@ -138,6 +143,27 @@ def _result_cells(cells: pd.DataFrame, spec: TableSpec) -> list[list[str]]:
             for method in spec.methods]
 
 
+def dataset_blocks(spec: TableSpec, limit: int = BLOCK_COLUMNS) -> list[list[str]]:
+    """The table's datasets in order, grouped into blocks of at most ``limit`` value columns (a dataset with
+    more is a block of its own).
+
+    >>> spec = TableSpec(["a", "b", "c"], ["m"], {"a": ["R@1"], "b": ["R@1", "NMI"], "c": ["NMI"]})
+    >>> dataset_blocks(spec, 2), dataset_blocks(spec, 3)
+    ([['a'], ['b'], ['c']], [['a', 'b'], ['c']])
+    """
+    blocks: list[list[str]] = []
+    width = 0
+    for dataset in spec.datasets:
+        columns = len(spec.metrics[dataset])
+        if blocks and width + columns <= limit:
+            blocks[-1].append(dataset)
+            width += columns
+        else:
+            blocks.append([dataset])
+            width = columns
+    return blocks
+
+
 def render_comparison_table(
     cells: pd.DataFrame,
     spec: TableSpec,
@@ -160,49 +186,65 @@ def render_comparison_table(
             :func:`~dmlbench.report.paper_numbers.load_paper_numbers`; None for no reference rows.
 
     Returns:
-        The LaTeX source of one ``table``/``table*`` environment, ending in a newline.
+        The LaTeX source of one ``table``/``table*`` environment, ending in a newline: one tabular, or one per
+        block of datasets (:func:`dataset_blocks`) when several datasets have more than :data:`BLOCK_COLUMNS`
+        value columns together.
     """
     columns = [(dataset, metric) for dataset in spec.datasets for metric in spec.metrics[dataset]]
     grid = _result_cells(cells, spec)
     reference_rows = [] if references is None else _reference_rows(references, spec)
+    blocks = dataset_blocks(spec)
     if reference_rows:
+        unreported = [m for m in ("MAP@R", "RP") if any(metric == m for _, metric in columns)]
         caption = (
-            f"{caption} Lower block: numbers printed in the cited papers (with their own backbone, "
-            "embedding size d, image size and checkpoint selection); never bold, not compared."
+            f"{caption} Lower block{' of each part' if len(blocks) > 1 else ''}: numbers printed in the cited "
+            "papers (with their own backbone, embedding size d, image size and checkpoint selection; -- where the "
+            f"paper prints none{', as for ' + ' and '.join(unreported) if unreported else ''}); never bold, not "
+            "compared."
         )
-    environment = "table*" if len(columns) > WIDE_COLUMNS else "table"
-
-    group_header = ["Method"]
-    rules = []
-    first = 2
-    for dataset in spec.datasets:
-        width = len(spec.metrics[dataset])
-        group_header.append(f"\\multicolumn{{{width}}}{{c}}{{{escape_latex(spec.dataset_label(dataset))}}}")
-        rules.append(f"\\cmidrule(lr){{{first}-{first + width - 1}}}")
-        first += width
-    metric_header = [""] + [escape_latex(metric_format(metric).header) for _, metric in columns]
+    widest = max(sum(len(spec.metrics[d]) for d in block) for block in blocks)
+    environment = "table*" if widest > WIDE_COLUMNS else "table"
 
     def line(cells: Sequence[str]) -> str:
         return " & ".join(cells) + " \\\\"
 
-    body = [line([escape_latex(spec.method_label(m)), *row]) for m, row in zip(spec.methods, grid, strict=True)]
     lines = [
         f"\\begin{{{environment}}}[tbp]",
         "\\centering",
         f"\\caption{{{caption}}}",
         f"\\label{{{label}}}",
-        "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%",
-        f"\\begin{{tabular}}{{l{'c' * len(columns)}}}",
-        "\\toprule",
-        line(group_header),
-        " ".join(rules),
-        line(metric_header),
-        "\\midrule",
-        *body,
     ]
-    if reference_rows:
-        lines += ["\\midrule", *(line([row.label, *row.cells]) for row in reference_rows)]
-    lines += ["\\bottomrule", "\\end{tabular}%", "}", f"\\end{{{environment}}}"]
+    for number, block in enumerate(blocks):
+        shown = [i for i, (dataset, _) in enumerate(columns) if dataset in block]
+        group_header = ["Method"]
+        rules = []
+        first = 2
+        for dataset in block:
+            width = len(spec.metrics[dataset])
+            group_header.append(f"\\multicolumn{{{width}}}{{c}}{{{escape_latex(spec.dataset_label(dataset))}}}")
+            rules.append(f"\\cmidrule(lr){{{first}-{first + width - 1}}}")
+            first += width
+        metric_header = [""] + [escape_latex(metric_format(columns[i][1]).header) for i in shown]
+        body = [line([escape_latex(spec.method_label(m)), *(row[i] for i in shown)])
+                for m, row in zip(spec.methods, grid, strict=True)]
+        references_shown = [[row.label, *(row.cells[i] for i in shown)] for row in reference_rows]
+        references_shown = [row for row in references_shown if any(cell != MISSING for cell in row[1:])]
+        if number:
+            lines.append("\\par\\medskip")
+        lines += [
+            "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%",
+            f"\\begin{{tabular}}{{l{'c' * len(shown)}}}",
+            "\\toprule",
+            line(group_header),
+            " ".join(rules),
+            line(metric_header),
+            "\\midrule",
+            *body,
+        ]
+        if references_shown:
+            lines += ["\\midrule", *map(line, references_shown)]
+        lines += ["\\bottomrule", "\\end{tabular}%", "}"]
+    lines.append(f"\\end{{{environment}}}")
     return "\n".join(lines) + "\n"
 
 

@@ -45,6 +45,8 @@ def metric_format(key: str) -> MetricFormat:
     MetricFormat(header='R@1', scale=100.0, decimals=1, bold_best=True)
     >>> metric_format("learners_mean/R@1").header, metric_format("learner3/NMI").header
     ('R@1 (learners, mean)', 'NMI (learner 3)')
+    >>> metric_format("test_selected/R@1").header
+    'R@1 (test-selected epoch)'
     >>> metric_format("num_parameters").text(6_123_456)
     '6.12'
     """
@@ -54,9 +56,52 @@ def metric_format(key: str) -> MetricFormat:
         prefix, _, name = key.rpartition("/")
         if prefix == "learners_mean":
             header = f"{name} (learners, mean)"
+        elif prefix == "test_selected":
+            header = f"{name} (test-selected epoch)"
         elif prefix.startswith("learner") and prefix[7:].isdigit():
             header = f"{name} (learner {prefix[7:]})"
         else:
             header = f"{name} ({prefix})" if prefix else name
         return MetricFormat(header, 100.0, 1, True)
     return MetricFormat(key.replace("_", " "), 1.0, 3, False)
+
+
+
+#: What each evaluation metric is (captions define the columns a table shows; keys: the name after any view
+#: prefix, R@K for every K).
+DEFINITIONS = {
+    "R@K": "R@K: share of the test queries with an item of their class among their K nearest neighbours",
+    "NMI": "NMI: normalised mutual information of the classes and a K-means clustering of the test embeddings "
+           "(K = the number of classes)",
+    "MAP@R": "MAP@R: mean over the queries of the average precision of their R nearest neighbours "
+             "(Musgrave et al., 2020)",
+    "RP": "RP: R-precision, the share of a query's R nearest neighbours that are of its class",
+}
+#: Appended to the definitions when MAP@R or RP is among them.
+R_DEFINITION = "R: the number of items of the query's class in the searched set (the other test images, or the gallery)"
+
+#: Appended when a column is a ``test_selected/`` metric
+#: (:func:`dmlbench.training.trainer.paper_protocol_selection`).
+TEST_SELECTED_DEFINITION = ("test-selected epoch: the best of the per-epoch test R@1 (the papers' protocol: "
+                            "the epoch picked on the test set); every other column is of the epoch picked on the "
+                            "validation classes")
+
+
+def metric_definitions(keys: list[str]) -> str:
+    """A plain-text sentence defining the evaluation metrics among ``keys`` (in :data:`DEFINITIONS`' order;
+    view prefixes dropped); empty when there are none.
+
+    >>> print(metric_definitions(["R@1", "R@2", "learner0/RP", "num_parameters"]))  # doctest: +ELLIPSIS
+    Columns: R@K: share of ... neighbours; RP: R-precision, ... of its class; R: the number ... the gallery).
+    """
+    names = set()
+    for key in keys:
+        match = METRIC_KEY.match(key)
+        if match:
+            names.add("R@K" if match.group(2).startswith("R@") else match.group(2))
+    shown = [text for name, text in DEFINITIONS.items() if name in names]
+    if names & {"MAP@R", "RP"}:
+        shown.append(R_DEFINITION)
+    if any(key.startswith("test_selected/") for key in keys):
+        shown.append(TEST_SELECTED_DEFINITION)
+    return f"Columns: {'; '.join(shown)}." if shown else ""

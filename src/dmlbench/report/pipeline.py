@@ -20,17 +20,37 @@ from .styles import Styles, reference_methods
 PROTOCOL_OF_SELECTION = {"val": "clean", "test": "paper", "last": "last"}
 
 
+#: In a table's ``metrics``, the dataset's own Recall@K set (``datasets.<d>.recall_ks``: R@1, R@2, ...).
+RECALL_SET = "R@K"
+#: The columns of a table that names no ``metrics``: each dataset's Recall@K set and NMI.
+DEFAULT_METRICS = (RECALL_SET, "NMI")
+
+
+def table_metrics(config: Mapping[str, Any], table: str, dataset: str) -> list[str]:
+    """The metric columns of ``dataset`` in ``tables.<table>``: its ``metrics`` (default
+    :data:`DEFAULT_METRICS`), with :data:`RECALL_SET` replaced by the dataset's R@K keys.
+
+    >>> config = {"datasets": {"d": {"recall_ks": [1, 10]}}, "tables": {"t": {"metrics": ["R@K", "MAP@R"]}}}
+    >>> table_metrics(config, "t", "d")
+    ['R@1', 'R@10', 'MAP@R']
+    """
+    metrics: list[str] = []
+    for metric in section(config, "tables", table).get("metrics") or DEFAULT_METRICS:
+        if metric == RECALL_SET:
+            metrics += [f"R@{k}" for k in config["datasets"][dataset]["recall_ks"]]
+        else:
+            metrics.append(metric)
+    return metrics
+
+
 def table_spec(config: Mapping[str, Any], table: str) -> TableSpec:
-    """Rows, columns and labels of ``tables.<table>``; each dataset shows its Recall@K set and NMI
-    unless the table names its ``metrics``. Its reference rows and the project's styles of its methods go with it,
-    so its plots draw each method as every other plot of the project does (:mod:`.styles`)."""
+    """Rows, columns and labels of ``tables.<table>``; each dataset shows the table's ``metrics``
+    (:func:`table_metrics`: by default its Recall@K set and NMI). Its reference rows and the project's styles of its
+    methods go with it, so its plots draw each method as every other plot of the project does (:mod:`.styles`)."""
     spec = section(config, "tables", table)
     datasets, methods = spec["datasets"], spec["methods"]
     styles = Styles.from_config(config)
-    metrics = {
-        d: list(spec.get("metrics") or [*(f"R@{k}" for k in config["datasets"][d]["recall_ks"]), "NMI"])
-        for d in datasets
-    }
+    metrics = {d: table_metrics(config, table, d) for d in datasets}
     return TableSpec(
         datasets=list(datasets),
         methods=list(methods),
@@ -99,4 +119,5 @@ def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_d
         label=f"tab:{table}",
         log_runs=[run for run in runs if logs_epochs(config, run.method)],
         health_checks={(d, m): health_checks(config, d, m, seeds[0]) for d in spec.datasets for m in spec.methods},
+        note=section(config, "tables", table).get("caption", ""),
     )

@@ -259,19 +259,26 @@ def plot_training_curves(logs: pd.DataFrame, out_png: str | Path, spec: TableSpe
 CELL_INPUT = ("dataset", "method", "metric", "mean", "ci_low", "ci_high")
 
 
+def cell_point(cells: pd.DataFrame, dataset: str, method: str, metric: str) -> tuple[float, float] | None:
+    """The mean and ± half-width of one table cell as the table shows it (its metric's display scale, e.g.
+    percent; half-width 0 without an interval), or None when the cell has no mean.
+
+    Args:
+        cells: a table's cells (:func:`~dmlbench.report.summary.summarise`) indexed by (dataset, method, metric).
+    """
+    key = (dataset, method, metric)
+    if key not in cells.index or pd.isna(cells.loc[key, "mean"]):
+        return None
+    cell = cells.loc[key]
+    scale = metric_format(metric).scale
+    half = 0.0 if pd.isna(cell["ci_low"]) else scale * (cell["ci_high"] - cell["ci_low"]) / 2
+    return scale * float(cell["mean"]), float(half)
+
+
 def _recall_points(cells: pd.DataFrame, dataset: str, method: str, ks: list[int]) -> list[tuple[int, float, float]]:
     """(K, mean, half-width) in percent of the cells of one row that have a mean (half-width 0 without an
     interval), exactly as the table shows them."""
-    points = []
-    for k in ks:
-        key = (dataset, method, f"R@{k}")
-        if key not in cells.index or pd.isna(cells.loc[key, "mean"]):
-            continue
-        cell = cells.loc[key]
-        scale = metric_format(f"R@{k}").scale
-        half = 0.0 if pd.isna(cell["ci_low"]) else scale * (cell["ci_high"] - cell["ci_low"]) / 2
-        points.append((k, scale * float(cell["mean"]), float(half)))
-    return points
+    return [(k, *point) for k in ks if (point := cell_point(cells, dataset, method, f"R@{k}")) is not None]
 
 
 def _axis_range(rows: Iterable[list[tuple[int, float, float]]]) -> tuple[float, float]:

@@ -92,13 +92,22 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     train_rows = select_splits(frame, ["train"])
     if train_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'train' rows")
-    train_labels, classes = contiguous_labels(train_rows["label"].to_numpy())
     val_rows = cap_images_per_class(select_splits(frame, ["val"]), training.get("eval_images_per_class"))
     test_rows = evaluation_rows(frame, training)
     if test_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'test' (or 'query'/'gallery') rows")
+    return build_run_data(train_rows, val_rows, test_rows, training, frame["path"].tolist())
+
+
+def build_run_data(train_rows: pd.DataFrame, val_rows: pd.DataFrame, test_rows: pd.DataFrame,
+                   training: Mapping[str, Any], store_paths: list[str]) -> RunData:
+    """The datasets of a run from its rows (manifest rows with absolute ``path``; ``val_rows`` may be empty),
+    for ``training.pipeline``. Only the rows' images are read, and with ``decoded_uint8`` those of
+    ``store_paths``, the files of its image store (a superset of the rows' paths; a store is keyed by its
+    list of files)."""
+    train_labels, classes = contiguous_labels(train_rows["label"].to_numpy())
     image = training["image"]
-    store = (open_store(frame["path"].tolist(), image["resize"], workers=training["num_workers"])
+    store = (open_store(store_paths, image["resize"], workers=training["num_workers"])
              if training["pipeline"] == "decoded_uint8" else None)
 
     def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from dmlbench.methods.health import (
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.heads import LinearEmbedding
 from dmlbench.placement import claim_device
+from dmlbench.provenance import RUN_FILE, run_yaml_text
 from dmlbench.training.checkpoint import (
     RESUME_CHECKPOINT_KEYS,
     atomic_torch_save,
@@ -429,18 +430,48 @@ class Trainer:
             "run": self.run, "digest": self.digest, "model": self.best_state, "loss": self.loss.state_dict(),
             "num_classes": self.data.num_classes, "selected_epoch": self.best_epoch,
             "selection": self.selection, "selection_score": self.best_score,
-            "summary": {**self.recipe.summary(), **self.init_parity}, "device": str(self.device),
+            "summary": {**self.recipe.summary(), **self.init_parity, **paper_protocol_selection(self.log)},
+            "device": str(self.device),
             "nondeterministic_ops": self.kernel_warnings.nondeterministic_ops(), **self.manifest_entries,
         }, self.out_dir / "checkpoint.pt")
         self.scratch.unlink(missing_ok=True)
 
 
+def paper_protocol_selection(log: list[dict[str, float]]) -> dict[str, float]:
+    """The papers' protocol beside ours: the best per-epoch test R@1 and its epoch (``test_selected/R@1``,
+    ``test_selected/epoch``), from a log with ``test_R@1`` (``training.log_test_recall``); empty otherwise.
+
+    The run's own checkpoint is still the validation-selected one; these two numbers say what picking the
+    epoch on the test set would have reported instead (REFERENCE.md: what the papers' code does).
+
+    >>> log = [{"epoch": 1, "test_R@1": 0.5}, {"epoch": 2, "test_R@1": 0.625}, {"epoch": 3, "test_R@1": 0.6}]
+    >>> paper_protocol_selection(log)
+    {'test_selected/R@1': 0.625, 'test_selected/epoch': 2.0}
+    >>> paper_protocol_selection([{"epoch": 1, "test_R@1": float("nan")}])
+    {}
+    """
+    logged = [row for row in log if not math.isnan(row.get("test_R@1", math.nan))]
+    if not logged:
+        return {}
+    best = max(logged, key=lambda row: row["test_R@1"])  # the first of equal scores, as the selection keeps
+    return {"test_selected/R@1": float(best["test_R@1"]), "test_selected/epoch": float(best["epoch"])}
+
+
 def train_run(run: Mapping[str, Any], manifest_path: str | Path, out_dir: str | Path, scratch_dir: str | Path,
-              progress: bool = True, on_epoch_end: Callable[[int], None] | None = None) -> TrainResult:
-    """Train one run end to end (resuming from ``scratch_dir`` when possible)."""
+              progress: bool = True, on_epoch_end: Callable[[int], None] | None = None,
+              configs: Sequence[str | Path] = ()) -> TrainResult:
+    """Train one run end to end (resuming from ``scratch_dir`` when possible). Once its data and model are
+    built and its resume checkpoint read, before any step, the resolved run goes to ``scratch_dir/run.yaml``
+    (``configs``: the parameter files it was resolved from, named in the file's header), and with the
+    finished run's other files to ``out_dir/run.yaml``: the run folder holds only finished runs' files."""
     with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
         device = resolve_device(name)
         trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress,
                           manifest=Path(manifest_path))
         trainer.try_resume()
-        return trainer.fit(on_epoch_end)
+        settings = run_yaml_text(run, configs)
+        write_text_atomic(Path(scratch_dir) / RUN_FILE, settings)
+        result = trainer.fit(on_epoch_end)
+        write_text_atomic(Path(out_dir) / RUN_FILE, settings)
+        (Path(scratch_dir) / RUN_FILE).unlink()
+        return result

@@ -1,11 +1,14 @@
 """Backbone registry: ``training.backbone.name`` → builder.
 
 A builder takes the remaining keys of the ``training.backbone`` section as
-keyword arguments and returns a :class:`StagedBackbone`.
+keyword arguments and returns a :class:`StagedBackbone`. Besides the registered
+names, ``timm:<model>`` builds a timm model (:mod:`.timm_backbone`; timm is
+imported only then).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,9 +32,33 @@ MODEL_KEYS = ("name", "freeze_bn", "frozen_through")
 
 
 def check_backbone_name(name: Any) -> None:
-    """KeyError naming ``training.backbone.name`` and the known names unless ``name`` is registered."""
+    """KeyError naming ``training.backbone.name`` and the known names unless ``name`` is registered;
+    for ``timm:<model>``, ValueError unless timm is installed and knows the model (and tag)."""
+    if isinstance(name, str) and name.startswith("timm:"):
+        from dmlbench.models.backbones.timm_backbone import check_timm_name
+
+        check_timm_name(name)
+        return
     if name not in BACKBONES:
-        raise KeyError(f"training.backbone.name = {name!r} is unknown; known: {sorted(BACKBONES)}")
+        from dmlbench.catalog import did_you_mean
+
+        raise KeyError(f"training.backbone.name = {name!r} is unknown{did_you_mean(str(name), BACKBONES)}; "
+                       f"known: {sorted(BACKBONES)}, or 'timm:<model>' for a timm model")
+
+
+def check_backbone(config: Mapping[str, Any]) -> None:
+    """What can be checked of a ``training.backbone`` section without building it or reading a file: the
+    name (:func:`check_backbone_name`) and, for a timm model, that ``pretrained`` is a source it can take.
+
+    Raises:
+        KeyError, ValueError: naming the key and the problem.
+    """
+    name = config.get("name")
+    check_backbone_name(name)
+    if isinstance(name, str) and name.startswith("timm:"):
+        from dmlbench.models.backbones.timm_backbone import check_timm_pretrained
+
+        check_timm_pretrained(name, config.get("pretrained"), config.get("weights_sha256"))
 
 
 def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
@@ -46,8 +73,14 @@ def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     name = config.get("name")
     check_backbone_name(name)
     kwargs = {k: v for k, v in config.items() if k not in MODEL_KEYS and v is not None}
+    if isinstance(name, str) and name.startswith("timm:"):
+        from dmlbench.models.backbones.timm_backbone import build_timm_backbone
+
+        build = functools.partial(build_timm_backbone, name)
+    else:
+        build = BACKBONES[name]
     try:
-        backbone = BACKBONES[name](**kwargs)
+        backbone = build(**kwargs)
     except TypeError as err:
         raise ValueError(f"training.backbone ({name}): {err}") from err
     frozen_through = config.get("frozen_through")
@@ -59,4 +92,5 @@ def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     return backbone
 
 
-__all__ = ["BACKBONES", "StagedBackbone", "build_backbone", "check_backbone_name", "freeze_batchnorm"]
+__all__ = ["BACKBONES", "StagedBackbone", "build_backbone", "check_backbone", "check_backbone_name",
+           "freeze_batchnorm"]

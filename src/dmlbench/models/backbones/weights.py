@@ -296,6 +296,26 @@ def resolve_weights(spec: Any, layout: WeightLayout, sha256: str | None = None) 
     return weights
 
 
+def check_sha256(weights: WeightsFile) -> None:
+    """Checksum the file against ``weights.sha256``; without one, warn and print the file's sha256.
+
+    Raises:
+        PretrainedWeightsError: a mismatch, naming the expected and the found sha256.
+    """
+    found = sha256_of(weights.path)
+    if weights.sha256 is None:
+        warnings.warn(
+            f"{weights.path}: no sha256 to check against ({weights.origin}); its sha256 is {found} — "
+            f"pin it with training.backbone.weights_sha256",
+            stacklevel=3,
+        )
+    elif not found.startswith(weights.sha256):
+        raise PretrainedWeightsError(
+            f"{weights.path}: sha256 mismatch ({weights.origin}): expected {weights.sha256}, found {found}. "
+            f"The file is corrupt, truncated or a different file"
+        )
+
+
 def read_checkpoint(weights: WeightsFile) -> dict[str, torch.Tensor]:
     """Checksum the file, then read its state dict with ``weights_only=True``.
 
@@ -303,18 +323,7 @@ def read_checkpoint(weights: WeightsFile) -> dict[str, torch.Tensor]:
         PretrainedWeightsError: checksum mismatch (naming expected and found), an
             unreadable file, or content that is not a mapping of tensors.
     """
-    found = sha256_of(weights.path)
-    if weights.sha256 is None:
-        warnings.warn(
-            f"{weights.path}: no sha256 to check against ({weights.origin}); its sha256 is {found} — "
-            f"pin it with training.backbone.weights_sha256",
-            stacklevel=2,
-        )
-    elif not found.startswith(weights.sha256):
-        raise PretrainedWeightsError(
-            f"{weights.path}: sha256 mismatch ({weights.origin}): expected {weights.sha256}, found {found}. "
-            f"The file is corrupt, truncated or a different file"
-        )
+    check_sha256(weights)
     try:
         state = torch.load(weights.path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - torch raises many types for a bad file
