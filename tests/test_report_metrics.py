@@ -149,3 +149,24 @@ def test_a_table_of_four_datasets_is_set_as_blocks_that_pdflatex_compiles(tmp_pa
     proc = subprocess.run(["pdflatex", "-halt-on-error", "-interaction=nonstopmode", "doc.tex"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_a_test_selected_column_comes_from_metrics_json_with_an_interval_over_seeds_and_its_definition(
+        runs, tmp_path: Path):
+    """``test_selected/R@1`` (the best per-epoch test R@1: the papers' protocol) has no per-query values, so its
+    cell is the mean over seeds with a seeds-only interval, and the caption says what the column is."""
+    best = {("a", 0): 0.75, ("a", 1): 0.5, ("b", 0): 0.25, ("b", 1): 0.5, ("c", 0): 0.5, ("c", 1): 0.5}
+    for run in runs:
+        metrics = json.loads((run.path / "metrics.json").read_text())
+        metrics["test_selected/R@1"] = best[(run.method, run.seed)]
+        (run.path / "metrics.json").write_text(json.dumps(metrics))
+    spec = TableSpec(["cub200"], ["a", "b", "c"], {"cub200": ["R@1", "test_selected/R@1"]})
+    cells = summarise(collect_runs(runs), runs, spec).set_index(["method", "metric"])
+    assert cells.loc[("a", "test_selected/R@1"), "mean"] == pytest.approx(0.625)
+    assert cells.loc[("b", "test_selected/R@1"), "mean"] == pytest.approx(0.375)
+    assert cells.loc[("a", "test_selected/R@1"), "seeds"] == 2
+    build_report(runs, spec, SETTINGS, table_path=tmp_path / "t.tex", curves_png=tmp_path / "c.png",
+                 recall_png=tmp_path / "r.png", label="tab:t", references=False)
+    md = (tmp_path / "t.md").read_text()
+    assert md.splitlines()[0] == "| Method | R@1 | R@1 (test-selected epoch) |"
+    assert "test-selected epoch: the best of the per-epoch test R@1" in md

@@ -29,8 +29,9 @@ from dmlbench.evaluation.retrieval import QueryResults, RetrievalTask
 PER_QUERY_FILE = "per_query.npz"
 
 #: A metrics.json key with a per-query decomposition: optional view prefix, then R@K, MAP@R or RP.
-#: ``learners_mean/`` is an average over learners of per-run numbers and has none.
-DECOMPOSABLE = re.compile(r"^(?!learners_mean/)((?:[a-z0-9_]+/)?)(R@(\d+)|MAP@R|RP)$")
+#: ``learners_mean/`` is an average over learners of per-run numbers and has none, nor has ``test_selected/``
+#: (the best per-epoch test R@1 of the training log: :func:`dmlbench.training.trainer.paper_protocol_selection`).
+DECOMPOSABLE = re.compile(r"^(?!learners_mean/|test_selected/)((?:[a-z0-9_]+/)?)(R@(\d+)|MAP@R|RP)$")
 
 _ARRAY_OF = {"MAP@R": "ap_at_r", "RP": "r_precision"}
 
@@ -67,8 +68,8 @@ def metric_values(arrays: Mapping[str, np.ndarray], metric: str) -> np.ndarray |
         KeyError: the key is decomposable but ``arrays`` lacks its array (the missing array's name).
 
     >>> arrays = {"row": np.arange(3), "first_hit_rank": np.array([1, 3, 2])}
-    >>> metric_values(arrays, "R@2"), metric_values(arrays, "NMI")
-    (array([1., 0., 1.]), None)
+    >>> metric_values(arrays, "R@2"), metric_values(arrays, "NMI"), metric_values(arrays, "test_selected/R@1")
+    (array([1., 0., 1.]), None, None)
     """
     match = DECOMPOSABLE.match(metric)
     if match is None:
