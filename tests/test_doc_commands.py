@@ -51,6 +51,8 @@ import yaml
 from conftest import REPO
 from datasets_fakes import make_cars, make_cub, make_sop
 
+from dmlbench.config import defines
+
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 #: Fenced blocks whose every line must be a command this file knows how to check.
 SHELL_FENCES = {"sh", "bash", "shell", "console", "zsh"}
@@ -577,14 +579,6 @@ def declared_path(entry: Any) -> str:
     return "".join("[^/]+" if part.startswith("${") else re.escape(part) for part in re.split(r"(\$\{[^}]+\})", path))
 
 
-def key_exists(data: Any, dotted: str) -> bool:
-    for part in dotted.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return False
-        data = data[part]
-    return True
-
-
 @pytest.mark.parametrize("command", DVC_COMMANDS, ids=[c.id for c in DVC_COMMANDS])
 def test_dvc_command_parses_and_names_what_exists(command: Command, caplog: pytest.LogCaptureFixture):
     from dvc.cli import DvcParserError
@@ -614,7 +608,7 @@ def test_dvc_command_parses_and_names_what_exists(command: Command, caplog: pyte
         file = file or "params.yaml"
         key = assignment.split("=", 1)[0]
         assert (REPO / file).is_file(), f"{command.id}: -S names a missing file {file}"
-        assert key_exists(yaml.safe_load((REPO / file).read_text()), key), f"{command.id}: no key {key} in {file}"
+        assert defines(yaml.safe_load((REPO / file).read_text()), key), f"{command.id}: no key {key} in {file}"
 
 
 # --- python, pip, bash, pytest ----------------------------------------------------------------------------------

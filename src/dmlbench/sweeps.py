@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.catalog import did_you_mean
-from dmlbench.config import ConfigError, check_section, deep_merge, resolve_method
+from dmlbench.config import ConfigError, check_section, deep_merge, defines, resolve_method
 from dmlbench.names import bad_name_message, is_name
 
 #: the top-level section of the parameters that holds the sweeps.
@@ -121,15 +121,6 @@ def nested(key: str, value: Any) -> dict[str, Any]:
     return node
 
 
-def _has_key(node: Any, key: str) -> bool:
-    """Whether the nested mappings ``node`` hold the dotted ``key``."""
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
 def _check_axis_key(config: Mapping[str, Any], sweep: str, spec: Mapping[str, Any], axis: str) -> None:
     """The axis's dotted key names a setting that the sweep's base has (after ``set``).
 
@@ -143,10 +134,10 @@ def _check_axis_key(config: Mapping[str, Any], sweep: str, spec: Mapping[str, An
         raise ConfigError(f"{where}: a sweep varies {list(SWEEPABLE_SECTIONS)} settings only")
     entry = deep_merge(resolve_method(config, spec["base"]), spec.get("set") or {})
     known = {**entry, "training": deep_merge(config.get("training") or {}, entry.get("training") or {})}
-    if _has_key(known, key):
+    if defines(known, key):
         return
     parts = key.split(".")
-    depth = next(i for i in range(1, len(parts) + 1) if not _has_key(known, ".".join(parts[:i])))
+    depth = next(i for i in range(1, len(parts) + 1) if not defines(known, ".".join(parts[:i])))
     parent = known
     for part in parts[: depth - 1]:
         parent = parent[part]
@@ -282,25 +273,27 @@ def expand_sweeps(config: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: as :func:`sweep_points`.
     """
-    points = sweep_points(config)
-    if not points:
+    entries = generated_entries(config)
+    if not entries:
         return dict(config)
     expanded = copy.deepcopy(dict(config))
     methods = expanded.setdefault("methods", {})
-    for name, point in points.items():
-        spec = config[SWEEPS_KEY][point.sweep]
-        entry = _entry(config, point.sweep, spec, [point.values[axis] for axis in spec["axes"]])
+    for name, entry in entries.items():
         methods[name] = deep_merge(entry, methods.pop(name, {}))
     return expanded
 
 
-def _is_expanded_point(merged: Mapping[str, Any], name: str) -> bool:
-    """Whether ``merged`` (a parameter file merged with its experiments files) writes the sweep point ``name``
-    exactly as its sweep generates it: a self-contained dump of merged parameters (e.g. of
-    :func:`dmlbench.config.merge_params`) read back, which changes nothing."""
-    point = sweep_points(merged)[name]
-    spec = merged[SWEEPS_KEY][point.sweep]
-    return merged["methods"][name] == _entry(merged, point.sweep, spec, [point.values[a] for a in spec["axes"]])
+def generated_entries(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every sweep point's method entry as its sweep generates it (name → entry, in sweep order).
+
+    Raises:
+        ConfigError: as :func:`sweep_points`.
+    """
+    entries = {}
+    for name, point in sweep_points(config).items():
+        spec = config[SWEEPS_KEY][point.sweep]
+        entries[name] = _entry(config, point.sweep, spec, [point.values[axis] for axis in spec["axes"]])
+    return entries
 
 
 def check_written_points(sources: Sequence[tuple[Path, Mapping[str, Any]]]) -> None:
@@ -313,14 +306,20 @@ def check_written_points(sources: Sequence[tuple[Path, Mapping[str, Any]]]) -> N
         ConfigError: naming the sweep's file and the entry's file.
     """
     written = {name: path for path, data in sources for name in data.get("methods") or {}}
-    merged: dict[str, Any] = {}
-    for _, data in sources:
-        merged = deep_merge(merged, data)
+    merged: dict[str, Any] | None = None  # with its generated entries, only once a point is found written
+    generated: dict[str, dict[str, Any]] = {}
     for path, data in sources:
         check_section(data, SWEEPS_KEY, str(path))
         for sweep, spec in (data.get(SWEEPS_KEY) or {}).items():
             for name in point_names(sweep, spec):
-                if name in written and not _is_expanded_point(merged, name):
+                if name not in written:
+                    continue
+                if merged is None:
+                    merged = {}
+                    for _, part in sources:
+                        merged = deep_merge(merged, part)
+                    generated = generated_entries(merged)
+                if merged["methods"][name] != generated.get(name):  # equal: a dump of merged params read back
                     raise ConfigError(f"{path}: {SWEEPS_KEY}.{sweep} generates method {name!r}, which "
                                       f"{written[name]} writes under 'methods' too: remove that entry (the sweep "
                                       f"replaces it) or rename one of them (an overlay may override a point)")
