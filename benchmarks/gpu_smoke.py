@@ -7,8 +7,9 @@ and trains a few dozen steps through the real loader, device augmentation and op
 short warm-up (cuDNN's algorithm choice, loader start). It prints per configuration:
 
 - ``img/s``: images per second of the timed steps (the epoch hook, e.g. D&C's clustering, excluded);
-- ``of backbone``: that as a share of the *backbone-only* rate, the linear-head baseline's step on a
-  batch already on the GPU (no loader, no augmentation: the ceiling for every method on this backbone);
+- ``of backbone``: that as a share of the *backbone-only* rate, the linear-head baseline's steps on
+  batches already on the GPU, queued back to back (no loader, no augmentation: the ceiling for every
+  method on this backbone; :func:`bench_train_step.train_images_per_s`);
 - ``wait``: the share of the steps' time spent waiting for the loader (``loader_wait_share``);
 - ``peak MiB``: peak GPU memory allocated; ``util``: mean GPU utilisation sampled every 0.1 s;
 - ``nondet``: the operations that warned that they have no deterministic kernel (deterministic on).
@@ -155,6 +156,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=4, help="untimed steps first")
     parser.add_argument("--num-workers", type=int, default=6, help="training.num_workers")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads of the training process (torch.set_num_threads), as the workflow's jobs and "
+                             "run_table_runs.py give each run; torch's default, one per core, makes the step's small "
+                             "CPU operations (the crop draws) wait milliseconds for a pool shared with the loader")
     parser.add_argument("--limit-s", type=float, default=30.0,
                         help="warm-up or timed steps slower than this (s): 'stalled' (a stalled warm-up is not timed)")
     parser.add_argument("--paper-config", default=None, help="overlay whose table's backbones are timed too")
@@ -163,6 +168,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", help="cuda (cpu only to try the script itself)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_smoke.py needs a CUDA GPU (bench_train_step.py times the CPU)")
     config = load_config(args.config or ["params.yaml"])
@@ -171,7 +177,7 @@ def main() -> None:
                if resolve_run(config, args.dataset, m, 0)["training"]["epochs"] > 0]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"# {name}, torch {torch.__version__}, {args.dataset}, "
-          f"{args.steps} timed steps after {args.warmup}, {args.num_workers} loader workers")
+          f"{args.steps} timed steps after {args.warmup}, {args.num_workers} loader workers, {args.threads} CPU threads")
     ceiling_run = smoke_run(config, args.dataset, BACKBONE_ONLY_METHOD, "pil", True, args.num_workers, device)
     ceilings = {}
     for deterministic in args.deterministic:

@@ -111,3 +111,12 @@ def test_a_non_positive_multiplier_is_an_error():
     model.parameter_group_multipliers = lambda: {"part": (model.part, 0.0)}
     with pytest.raises(ValueError, match="head/part"):
         parameter_groups({"lr": 1.0}, model, torch.nn.Module())
+
+
+def test_the_cpu_keeps_the_default_optimiser_implementation():
+    """Fused kernels (one per step, AMP scaling inside) are for CUDA parameters only: on the CPU the default
+    implementation, whose numbers are the reference ones, is kept."""
+    model = torch.nn.Linear(3, 2)
+    model.backbone = torch.nn.Identity()
+    for name in ("sgd", "adam", "adamw"):
+        assert not build_optimizer({"name": name, "lr": 0.1}, model, torch.nn.Module()).defaults.get("fused")

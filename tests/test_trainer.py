@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -141,6 +142,74 @@ def test_nan_loss_stops_with_a_clear_message(params, tiny_manifest, tmp_path, mo
     monkeypatch.setattr(Recipe, "training_loss", lambda self, model, loss, x, y, idx: model(x).sum() * float("nan"))
     with pytest.raises(NonFiniteLossError, match=r"loss is nan at epoch 1, batch 1.*training.optimizer.lr"):
         train(tiny_run(params, "triplet"), tiny_manifest, tmp_path)
+
+
+def test_a_nan_loss_in_a_later_batch_is_named_at_the_epoch_end_and_nothing_is_saved(params, tiny_manifest, tmp_path,
+                                                                                    monkeypatch):
+    """The steps do not wait for the GPU to check each loss: the epoch ends, then the first bad batch is named."""
+    from dmlbench.methods.base import Recipe
+
+    calls = []
+
+    def loss_nan_from_the_second_batch(self, model, loss, x, y, idx):
+        calls.append(1)
+        return model(x).sum() * (1.0 if len(calls) == 1 else float("nan"))
+
+    monkeypatch.setattr(Recipe, "training_loss", loss_nan_from_the_second_batch)
+    with pytest.raises(NonFiniteLossError, match=r"loss is nan at epoch 1, batch 2 \(nothing of this epoch was saved"):
+        train(tiny_run(params, "triplet"), tiny_manifest, tmp_path)
+    assert len(calls) == 2  # the epoch's two batches ran
+    assert not (tmp_path / "out" / "checkpoint.pt").exists() and not (tmp_path / "scratch" / "last.pt").exists()
+
+
+def test_a_training_step_never_reads_a_value_back_from_the_device(params, tiny_manifest, tmp_path, monkeypatch):
+    """On a GPU every read of a tensor's value (``item``, ``bool``, ``float``) makes the process wait for all
+    queued work; an epoch of a plain recipe reads values in dmlbench's code only at its end, however many
+    batches it has. (torch's own reads here are of CPU tensors: the pil transforms', and the CPU Adam's step
+    counts, which the fused CUDA optimiser keeps on the GPU.)"""
+    reads = []
+    for name in ("item", "__bool__", "__float__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, _original=original, _name=name):
+            if f"{os.sep}dmlbench{os.sep}" in sys._getframe(1).f_code.co_filename:
+                reads.append(_name)
+            return _original(self)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    from dmlbench.training.data import load_run_data
+    from dmlbench.training.trainer import Trainer
+
+    counts = {}
+    for batches in (2, 6):
+        run = tiny_run(params, "binomial")
+        run["training"]["sampler"]["batches_per_epoch"] = batches
+        trainer = Trainer(run, load_run_data(run, tiny_manifest), tmp_path / f"o{batches}", tmp_path / f"s{batches}",
+                          torch.device("cpu"), progress=False)
+        reads.clear()
+        trainer.train_epoch(1)
+        counts[batches] = len(reads)
+    assert counts[6] == counts[2] <= 3, counts
+
+
+def test_the_decoded_pipeline_keeps_its_loader_workers_across_epochs(params, tiny_manifest, tmp_path):
+    """Its items draw nothing random in the workers, so one loader (persistent workers) serves every epoch;
+    the pil pipeline's workers draw the crops and start afresh, seeded, every epoch."""
+    from dmlbench.training.data import load_run_data
+    from dmlbench.training.trainer import Trainer
+
+    loaders = {}
+    for pipeline in ("decoded_uint8", "pil"):
+        run = tiny_run(params, "binomial")
+        run["training"].update(pipeline=pipeline, num_workers=1)
+        trainer = Trainer(run, load_run_data(run, tiny_manifest), tmp_path / pipeline, tmp_path / f"s{pipeline}",
+                          torch.device("cpu"), progress=False)
+        sampler = trainer.recipe.build_sampler(trainer.data.train.labels, torch.Generator().manual_seed(0))
+        loaders[pipeline] = (trainer._epoch_loader(sampler, 1), trainer._epoch_loader(sampler, 2))
+    first, second = loaders["decoded_uint8"]
+    assert first is second and first.persistent_workers
+    first, second = loaders["pil"]
+    assert first is not second and not first.persistent_workers
 
 
 def test_selection_val_without_validation_split_is_an_error(params, tiny_manifest, tmp_path):

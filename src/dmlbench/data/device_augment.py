@@ -99,7 +99,7 @@ def crop_and_resize(images: torch.Tensor, boxes: torch.Tensor, size: int) -> tor
     """
     with torch.no_grad():
         planar = images.permute(0, 3, 1, 2).float()
-        top, left, height, width = boxes.to(device=images.device, dtype=torch.float32).unbind(1)
+        top, left, height, width = boxes.to(device=images.device, dtype=torch.float32, non_blocking=True).unbind(1)
         batch_index = torch.arange(len(images), device=images.device, dtype=torch.float32)
         rois = torch.stack([batch_index, left, top, left + width, top + height], dim=1)
         crops = torch.ops.torchvision.roi_align(planar, rois, 1.0, size, size, ADAPTIVE_SAMPLING, True)
@@ -125,5 +125,5 @@ def augment_batch(images: torch.Tensor, sizes: torch.Tensor, train_crop: int, sc
     crops = crop_and_resize(images, boxes, train_crop)
     if not flip:
         return crops
-    flipped = (torch.rand(len(images), generator=generator) < 0.5).to(crops.device)
+    flipped = (torch.rand(len(images), generator=generator) < 0.5).to(crops.device, non_blocking=True)
     return torch.where(flipped[:, None, None, None], crops.flip(-1), crops)

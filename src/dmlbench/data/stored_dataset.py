@@ -77,7 +77,11 @@ class StoredImageDataset(Dataset):
     Attributes:
         transform: the ``pil`` pipeline's transform with the same geometry (used to carry object
             boxes through the test-time crop, :func:`dmlbench.methods.deml.transformed_box`).
+        random_in_workers: False: an item is a plain copy (the random crops are drawn in the training
+            process), so the trainer keeps its loader workers for the whole run.
     """
+
+    random_in_workers = False
 
     def __init__(self, store: ImageStore, paths: Sequence[str], labels: np.ndarray, image: Mapping[str, Any],
                  train: bool):

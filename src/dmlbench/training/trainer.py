@@ -70,9 +70,10 @@ LOG_COLUMNS = ("epoch", "loss", "val_R@1", "test_R@1", "lr", "seconds", "images_
 class WaitClock:
     """Iterates over ``items``, adding the seconds spent waiting for each next item to :attr:`seconds`.
 
-    Over a training loader this is the time the model sat idle for want of a batch: the share of an
-    epoch it takes (``loader_wait_share`` in ``log.csv``) shows whether the data path keeps a GPU busy.
-    Every step ends with a synchronising ``loss.item()``, so the wait is not hidden by queued GPU work.
+    Over a training loader this is the time the training process sat idle for want of a batch: the share
+    of an epoch it takes (``loader_wait_share`` in ``log.csv``) shows whether the data path keeps up. On a
+    GPU the steps are queued without waiting for each other (:class:`LossTally`), so the GPU may still be
+    busy with queued work while the process waits: the share bounds the GPU's idle time from above.
     """
 
     def __init__(self, items: Iterable[Any]):
@@ -89,6 +90,60 @@ class WaitClock:
                 return
             self.seconds += time.perf_counter() - started
             yield item
+
+
+class EpochBatches:
+    """A batch sampler whose batches are replaced every epoch (``current``), so that one DataLoader and its
+    persistent workers serve every epoch; the batches are drawn in the training process."""
+
+    def __init__(self) -> None:
+        self.current: Iterable[list[int]] = ()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.current)
+
+    def __len__(self) -> int:
+        return len(self.current)  # type: ignore[arg-type]
+
+
+class LossTally:
+    """The epoch's running loss, kept on the training device so that a step never waits for the GPU.
+
+    :meth:`add` sums ``loss × batch size`` in float64 (the same sum, in the same order, as adding
+    ``loss.item() × n`` in Python) and remembers the first step whose loss was NaN or infinite, with its
+    value; reading them (:meth:`mean`, :meth:`first_non_finite`) waits for the queued steps.
+
+    >>> tally = LossTally(torch.device("cpu"))
+    >>> tally.add(torch.tensor(2.0), 4); tally.add(torch.tensor(float("nan")), 2); tally.add(torch.tensor(1.0), 2)
+    >>> tally.seen, tally.first_non_finite()
+    (8, (2, nan))
+    """
+
+    def __init__(self, device: torch.device):
+        self.total = torch.zeros((), dtype=torch.float64, device=device)
+        self.first_bad_step = torch.zeros((), dtype=torch.int64, device=device)
+        self.first_bad_value = torch.zeros((), dtype=torch.float64, device=device)
+        self.steps = 0
+        self.seen = 0
+
+    def add(self, loss: torch.Tensor, batch_size: int) -> None:
+        """Count one step's scalar ``loss`` over ``batch_size`` images."""
+        value = loss.detach().double()
+        self.steps += 1
+        self.seen += batch_size
+        self.total += value * batch_size
+        newly_bad = ~torch.isfinite(value) & (self.first_bad_step == 0)
+        self.first_bad_step = torch.where(newly_bad, self.steps, self.first_bad_step)
+        self.first_bad_value = torch.where(newly_bad, value, self.first_bad_value)
+
+    def mean(self) -> float:
+        """The mean loss per image so far (0 before the first step)."""
+        return self.total.item() / max(self.seen, 1)
+
+    def first_non_finite(self) -> tuple[int, float] | None:
+        """(1-based step, its loss) of the first NaN or infinite loss, or None."""
+        step = int(self.first_bad_step.item())
+        return (step, self.first_bad_value.item()) if step else None
 
 
 class NonFiniteLossError(DmlbenchError, RuntimeError):
@@ -240,6 +295,8 @@ class Trainer:
         self.start_epoch = 1
         self.context = TrainContext(data=data, device=device, eval_batch_size=self.training["eval_batch_size"],
                                     num_workers=self.training["num_workers"])
+        self._loader: DataLoader | None = None
+        self._batches: EpochBatches | None = None
 
     # --- resume ---------------------------------------------------------------------------
     def _scratch_state(self, epoch: int) -> dict[str, Any]:
@@ -292,39 +349,60 @@ class Trainer:
         self.recipe.on_epoch_start(epoch, self.model, self.context)
         sampler = self.recipe.build_sampler(self.data.train.labels, torch.Generator().manual_seed(seed))
         train = self.data.train
-        loader = DataLoader(
-            train, batch_sampler=sampler, num_workers=self.training["num_workers"],
-            generator=torch.Generator().manual_seed(derive_seed(seed, "workers")),
-            persistent_workers=False, collate_fn=train.collate_fn, pin_memory=self.device.type == "cuda",
-        )
+        loader = self._epoch_loader(sampler, derive_seed(seed, "workers"))
         augment = torch.Generator().manual_seed(derive_seed(seed, "device_augment"))
         self.model.train()
-        total, seen = 0.0, 0
+        losses = LossTally(self.device)
         bar = tqdm(loader, desc=f"epoch {epoch}/{self.training['epochs']}", disable=not self.progress,
                    leave=False, dynamic_ncols=True)
         started = time.perf_counter()
         waits = WaitClock(bar)
-        for step, (images, labels, indices) in enumerate(waits, start=1):
+        for images, labels, indices in waits:
             images = train.to_model_input(images.to(self.device, non_blocking=True), indices, augment)
-            labels = labels.to(self.device)
+            labels = labels.to(self.device, non_blocking=True)
             with torch.autocast(self.device.type, enabled=self.scaler.is_enabled()):
                 loss = self.recipe.training_loss(self.model, self.loss, images, labels, indices)
-            if not torch.isfinite(loss):
-                raise NonFiniteLossError(
-                    f"{self.run['dataset']}/{self.run['method']}/seed{self.run['seed']}: loss is {loss.item()} "
-                    f"at epoch {epoch}, batch {step}. Lower training.optimizer.lr, check the loss "
-                    f"hyperparameters (methods.{self.run['method']}.loss), or the input images."
-                )
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            total += loss.item() * len(labels)
-            seen += len(labels)
-            bar.set_postfix(loss=f"{total / seen:.4f}", img_s=f"{seen / (time.perf_counter() - started):.0f}")
+            losses.add(loss, len(labels))
+            if self.progress:  # reading the running mean waits for the GPU: only for a watched bar
+                bar.set_postfix(loss=f"{losses.mean():.4f}", img_s=f"{losses.seen / (time.perf_counter() - started):.0f}")
+        mean_loss = losses.mean()  # the epoch's one wait for the GPU's queued steps
         step_seconds = time.perf_counter() - started
+        first_bad = losses.first_non_finite()
+        if first_bad is not None:
+            step, value = first_bad
+            raise NonFiniteLossError(
+                f"{self.run['dataset']}/{self.run['method']}/seed{self.run['seed']}: loss is {value} "
+                f"at epoch {epoch}, batch {step} (nothing of this epoch was saved). Lower training.optimizer.lr, "
+                f"check the loss hyperparameters (methods.{self.run['method']}.loss), or the input images."
+            )
         self.scheduler.step()
-        return EpochStats(total / max(seen, 1), seen, step_seconds, waits.seconds)
+        return EpochStats(mean_loss, losses.seen, step_seconds, waits.seconds)
+
+    def _epoch_loader(self, sampler: Iterable[list[int]], worker_seed: int) -> DataLoader:
+        """The training loader over this epoch's ``sampler`` batches.
+
+        A training set whose items draw nothing random in the workers (``random_in_workers`` false: the
+        decoded_uint8 store, whose crops are drawn on the device) keeps one loader, and so its worker
+        processes, for the whole run: only the batches change. Otherwise the workers start afresh every
+        epoch, seeded from ``worker_seed``, so that their random transforms depend on the epoch alone.
+        """
+        train = self.data.train
+        workers = self.training["num_workers"]
+        if workers > 0 and not getattr(train, "random_in_workers", True):
+            if self._loader is None:
+                self._batches = EpochBatches()
+                self._loader = DataLoader(train, batch_sampler=self._batches, num_workers=workers,
+                                          persistent_workers=True, collate_fn=train.collate_fn,
+                                          pin_memory=self.device.type == "cuda")
+            self._batches.current = sampler
+            return self._loader
+        return DataLoader(train, batch_sampler=sampler, num_workers=workers,
+                          generator=torch.Generator().manual_seed(worker_seed), persistent_workers=False,
+                          collate_fn=train.collate_fn, pin_memory=self.device.type == "cuda")
 
     def _check_finite(self, epoch: int) -> None:
         """Stop before anything of a diverged epoch is saved: a finite loss (an L2-normalised one stays
@@ -418,6 +496,7 @@ class Trainer:
             atomic_torch_save(self._scratch_state(epoch), self.scratch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch)
+        self._loader = self._batches = None  # stops the persistent loader workers
         if epochs == 0:  # nothing to train (a reference row): the checkpoint holds the initial weights
             self.best_state = _snapshot(self.model)
         self._finish()
