@@ -26,9 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from dmlbench.config import load_config
-
-RUNS = Path("results/runs")
+from dmlbench.layout import EMBEDDINGS_FILE, LOG_FILE, run_dir
+from dmlbench.params import load_config
 
 
 def epoch_seconds(log_csv: Path) -> tuple[float, float, int, float]:
@@ -54,10 +53,10 @@ def main() -> None:
         for method in spec["methods"]:
             per_seed = []
             for seed in spec.get("seeds", config["seeds"]):
-                log = RUNS / dataset / method / f"seed{seed}" / "log.csv"
+                log = run_dir(dataset, method, seed) / LOG_FILE
                 if log.is_file():
                     per_seed.append(epoch_seconds(log))
-                elif (log.parent / "embeddings.npz").is_file():
+                elif (log.parent / EMBEDDINGS_FILE).is_file():
                     per_seed.append((0.0, 0.0, 0, 0.0))  # not trained: an ensemble or a test-time variant
                 else:
                     missing.append(str(log))

@@ -39,6 +39,7 @@ from dmlbench.data.device_augment import augment_batch
 from dmlbench.data.image_store import open_store
 from dmlbench.data.stored_dataset import ImageSet, StoredImageDataset
 from dmlbench.data.transforms import training_transform
+from dmlbench.settings import ImageSettings
 
 #: One-GPU training throughput to feed (img/s, H100, AMP): crop size → (backbone, img/s).
 GPU_TARGETS = {224: ("ResNet-50", 2509.0), 128: ("EfficientNet-Lite0", 2016.0)}
@@ -87,7 +88,7 @@ def augmentation_rate(dataset: StoredImageDataset, batch_size: int, batches: int
         if step == batches:
             break
         started = time.perf_counter()
-        augment_batch(images, dataset.sizes[indices], dataset.image["train_crop"], dataset.image["crop_scale"],
+        augment_batch(images, dataset.sizes[indices], dataset.image.train_crop, dataset.image.crop_scale,
                       True, generator)
         elapsed += time.perf_counter() - started
         seen += len(images)
@@ -124,8 +125,8 @@ def main() -> None:
         print(f"{len(paths)} JPEGs of {width}×{height} px (mean {mean_kb:.0f} KB) from "
               f"{args.source or 'random smooth images'}; {os.cpu_count()} cores here; batch {args.batch_size}")
         for crop in args.crops:
-            image = {"resize": RESIZE[crop], "test_crop": crop, "train_crop": crop, "crop_scale": [0.08, 1.0],
-                     "flip": True}
+            image = ImageSettings(resize=RESIZE[crop], test_crop=crop, train_crop=crop, crop_scale=(0.08, 1.0),
+                                  flip=True)
             pil = ImageDataset(paths, labels, training_transform(image))
             report("pil", crop, [(w, loader_rate(pil, w, args.batch_size, args.passes)) for w in args.workers])
             started = time.perf_counter()

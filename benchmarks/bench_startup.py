@@ -84,7 +84,8 @@ def planned_processes(configs: list[str], table: str) -> dict[str, int]:
     """How many processes of each command ``snakemake results/tables/<table>.tex`` runs from scratch:
     one prepare per dataset, one pretrain per pretraining stage of those datasets, train, embed and
     evaluate per run (ensembles and re-embedded methods: no train; ensembles: no embed), one report."""
-    from dmlbench.config import checkpoint_source, ensemble_spec, load_config
+    from dmlbench.config import checkpoint_source, ensemble_spec
+    from dmlbench.params import load_config
 
     config = load_config(configs)
     spec = config["tables"][table]
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configs = [str((ROOT / path).resolve()) for path in (args.config or ["params.yaml"])]
 
-    from dmlbench.config import load_config
+    from dmlbench.params import load_config
 
     spec = load_config(configs)["tables"][args.table]
     dataset = spec["datasets"][0]
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
             "python": "status = 0",
             "import dmlbench.cli": "import dmlbench.cli",
             "import dmlbench.config": "import dmlbench.config",
-            "load_config": f"from dmlbench.config import load_config; load_config({configs!r})",
+            "load_config": f"from dmlbench.params import load_config; load_config({configs!r})",
             # what train and embed import after their start-up (embed stops at the checkpoint before it)
             "a recipe (baseline)": "from dmlbench.methods import recipe_class; recipe_class('baseline')",
             # what evaluate imports for its NMI, after its start-up

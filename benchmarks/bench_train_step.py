@@ -33,9 +33,10 @@ import numpy as np
 import torch
 import yaml
 
-from dmlbench.config import deep_merge, load_config, resolve_run
+from dmlbench.config import deep_merge, resolve_run
 from dmlbench.methods import build_recipe
 from dmlbench.methods.base import TrainContext
+from dmlbench.params import load_config
 from dmlbench.training.optim import build_optimizer
 from dmlbench.training.trainer import place_model
 
@@ -66,21 +67,20 @@ def train_images_per_s(run: dict[str, Any], batches: int, warmup: int, device: t
     options = run["method_config"].get("options") or {}
     if options.get("warmup_epochs") == 0:  # D&C clusters the training images at epoch 1: time its warm-up
         options["warmup_epochs"] = 1       # phase instead, the same network and step (see the module doc)
-    training = run["training"]
-    sampler = training["sampler"]
-    classes, per_class = sampler["classes_per_batch"], sampler["images_per_class"]
-    crop = training["image"]["train_crop"]
-    labels = torch.arange(classes).repeat_interleave(per_class).to(device)
     recipe = build_recipe(run)
-    model = place_model(recipe.build_model(), training, device)
+    settings = recipe.settings
+    classes, per_class = settings.sampler.classes_per_batch, settings.sampler.images_per_class
+    crop = settings.image.train_crop
+    labels = torch.arange(classes).repeat_interleave(per_class).to(device)
+    model = place_model(recipe.build_model(), settings.channels_last, device)
     loss = recipe.build_loss(100).to(device)
-    optimizer = build_optimizer(training["optimizer"], model, loss)
+    optimizer = build_optimizer(settings.optimizer, model, loss)
     labels_only = SimpleNamespace(train=SimpleNamespace(labels=np.arange(len(labels)) // per_class))
     recipe.on_epoch_start(1, model, TrainContext(data=labels_only, device=device, eval_batch_size=len(labels)))
     model.train()
     generator = torch.Generator().manual_seed(0)
     indices = torch.arange(len(labels))
-    scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and training["amp"])
+    scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and settings.amp)
     images = [torch.rand(len(labels), 3, crop, crop, generator=generator).to(device) for _ in range(warmup + batches)]
 
     def step(batch: torch.Tensor) -> None:

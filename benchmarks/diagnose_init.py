@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 
-from dmlbench.config import load_config, resolve_run
+from dmlbench.config import resolve_run
+from dmlbench.layout import manifest_path
+from dmlbench.params import load_config
 from dmlbench.training.data import load_run_data
 from dmlbench.training.trainer import Trainer
 
@@ -82,7 +84,7 @@ def main() -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     config = load_config(args.config or ["params.yaml"])
-    manifest = args.manifest or f"data/prepared/{args.dataset}/manifest.csv"
+    manifest = args.manifest or manifest_path(args.dataset)
     for method in args.methods:
         row = diagnose(resolve_run(config, args.dataset, method, args.seed), manifest, args.batches)
         print(f"{method}: " + ", ".join(f"{k} {v:.4g}" for k, v in row.items()), flush=True)

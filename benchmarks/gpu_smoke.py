@@ -44,9 +44,11 @@ from typing import Any
 import torch
 from bench_train_step import train_images_per_s
 
-from dmlbench.config import load_config, resolve_run
+from dmlbench.config import resolve_run
+from dmlbench.layout import manifest_path
+from dmlbench.params import load_config
+from dmlbench.seeding import configure_determinism
 from dmlbench.training.data import RunData, load_run_data
-from dmlbench.training.seeding import configure_determinism
 from dmlbench.training.trainer import Trainer
 
 #: The linear-head baseline whose step on a ready GPU batch is the backbone-only ceiling.
@@ -95,10 +97,9 @@ def synchronize(device: torch.device) -> None:
 def time_steps(run: dict[str, Any], data: RunData, steps: int, warmup: int, limit_s: float,
                device: torch.device) -> dict[str, Any]:
     """Train ``warmup`` then ``steps`` batches of ``run`` with its own Trainer; measure the second pass."""
-    sampler = run["training"]["sampler"]
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(run, data, Path(scratch) / "out", Path(scratch), device, progress=False)
-        sampler["batches_per_epoch"] = warmup
+        trainer.set_batches_per_epoch(warmup)
         with trainer.kernel_warnings.watch("warm-up"):
             warm = trainer.train_epoch(1)
         if warm.step_seconds > limit_s:  # a stalled path: do not wait for the timed steps too
@@ -106,7 +107,7 @@ def time_steps(run: dict[str, Any], data: RunData, steps: int, warmup: int, limi
                     "loader_wait_share": warm.loader_wait_seconds / warm.step_seconds, "peak_MiB": float("nan"),
                     "gpu_utilisation": float("nan"),
                     "nondeterministic_ops": trainer.kernel_warnings.nondeterministic_ops(), "stalled": True}
-        sampler["batches_per_epoch"] = steps
+        trainer.set_batches_per_epoch(steps)
         synchronize(device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -172,7 +173,7 @@ def main() -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_smoke.py needs a CUDA GPU (bench_train_step.py times the CPU)")
     config = load_config(args.config or ["params.yaml"])
-    manifest = args.manifest or f"data/prepared/{args.dataset}/manifest.csv"
+    manifest = args.manifest or manifest_path(args.dataset)
     methods = [m for m in (args.methods or config["tables"][args.table]["methods"])
                if resolve_run(config, args.dataset, m, 0)["training"]["epochs"] > 0]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"

@@ -24,8 +24,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dmlbench.cli import RUNS_DIR, run_dir
-from dmlbench.config import load_config, section
+from dmlbench.layout import EMBEDDINGS_FILE, METRICS_FILE, PER_QUERY_FILE, RUNS_DIR, run_dir
+from dmlbench.config import section
+from dmlbench.params import load_config
 from dmlbench.report.claims import claim_runs
 
 CLI = [sys.executable, "-m", "dmlbench"]
@@ -38,15 +39,15 @@ def chain_commands(configs: list[str], dataset: str, method: str, seed: int, thr
     config_args = [arg for path in configs for arg in ("--config", path)]
     out = run_dir(dataset, method, seed)
     common = [*config_args, "--threads", str(threads)]
-    evaluate = [*CLI, "evaluate", str(out / "embeddings.npz"), "--out", str(out / "metrics.json"),
-                "--per-query", str(out / "per_query.npz"), "--dataset", dataset, *common]
+    evaluate = [*CLI, "evaluate", str(out / EMBEDDINGS_FILE), "--out", str(out / METRICS_FILE),
+                "--per-query", str(out / PER_QUERY_FILE), "--dataset", dataset, *common]
     if checkpoint_of is not None:
         source = run_dir(dataset, checkpoint_of, seed)
-        return [[*CLI, "embed", str(source), "--method", method, "--out", str(out / "embeddings.npz"), *common],
+        return [[*CLI, "embed", str(source), "--method", method, "--out", str(out / EMBEDDINGS_FILE), *common],
                 evaluate]
     return [
         [*CLI, "train", "--dataset", dataset, "--method", method, "--seed", str(seed), "--no-progress", *common],
-        [*CLI, "embed", str(out), "--out", str(out / "embeddings.npz"), "--threads", str(threads)],
+        [*CLI, "embed", str(out), "--out", str(out / EMBEDDINGS_FILE), "--threads", str(threads)],
         evaluate,
     ]
 
@@ -103,7 +104,7 @@ def main() -> None:
                                                                          key=lambda run: (run.seed, run.method))]
     wanted = [chain for chain in dict.fromkeys(wanted)
               if "ensemble_members" not in section(config, "methods", chain[1])
-              and not (run_dir(*chain) / "metrics.json").is_file()]
+              and not (run_dir(*chain) / METRICS_FILE).is_file()]
     trained = [chain for chain in wanted if "checkpoint_of" not in section(config, "methods", chain[1])]
     reembedded = [chain for chain in wanted if chain not in trained]
     print(f"{len(trained)} trained and {len(reembedded)} re-embedded chains, {args.jobs} at once", flush=True)

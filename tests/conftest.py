@@ -12,8 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
-from dmlbench.config import load_config, resolve_run
+from dmlbench.config import resolve_run
 from dmlbench.data.manifest import write_manifest
+from dmlbench.params import load_config
+from dmlbench.settings import OptimizerSettings
 from dmlbench.training.optim import parameter_groups
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,5 +85,6 @@ def tiny_run(params: dict, method: str = "triplet", seed: int = 0, epochs: int =
 
 def parameter_group_ids(model: torch.nn.Module) -> dict[str, set[int]]:
     """The optimiser's parameter groups of ``model`` (no loss parameters): group name → parameter ids."""
-    groups = parameter_groups({"lr": 1.0, "head_lr_multiplier": 10.0}, model, torch.nn.Module())
+    settings = OptimizerSettings(name="adam", lr=1.0, head_lr_multiplier=10.0)
+    groups = parameter_groups(settings, model, torch.nn.Module())
     return {group["name"]: {id(p) for p in group["params"]} for group in groups}

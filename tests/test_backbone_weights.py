@@ -182,7 +182,7 @@ def _cub_images(classes: range, size: int, resize: int, first_only: bool) -> tup
     if first_only:
         first: dict[int, object] = {}
         records = [first.setdefault(r.label, r) for r in records if r.label not in first]
-    transform = eval_transform({"resize": resize, "test_crop": size})
+    transform = eval_transform(resize, size)
     return torch.stack([transform(load_rgb(r.path)) for r in records]), np.array([r.label for r in records])
 
 

@@ -25,16 +25,17 @@ from PIL import Image
 
 from dmlbench.atomic import atomic_output
 from dmlbench.cli import main
-from dmlbench.config import ConfigError, load_config
+from dmlbench.config import ConfigError
 from dmlbench.data import cub200
 from dmlbench.data.archives import DamagedArchiveError, extract_archive
 from dmlbench.data.download import Archive, DownloadError, extract_archives
 from dmlbench.data.images import ImageCheckError, load_rgb, unreadable_images
+from dmlbench.data.kinds import PREPARER_MODULES
 from dmlbench.data.manifest import ManifestError, read_manifest
 from dmlbench.data.official import DatasetConfigError
-from dmlbench.data.registry import PREPARER_MODULES
 from dmlbench.errors import DmlbenchError
 from dmlbench.methods.validation import check_planned_methods
+from dmlbench.params import load_config
 from dmlbench.training.data import load_run_data
 from dmlbench.training.trainer import NonFiniteLossError, NonFiniteWeightsError, Trainer, non_finite_tensors
 

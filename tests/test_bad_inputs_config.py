@@ -15,8 +15,9 @@ import yaml
 from conftest import REPO
 
 from dmlbench.cli import main
-from dmlbench.config import ConfigError, load_config
+from dmlbench.config import ConfigError
 from dmlbench.methods.validation import check_planned_methods
+from dmlbench.params import load_config
 
 
 def _load(tmp_path: Path, overlay: dict) -> dict:

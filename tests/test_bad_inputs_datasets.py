@@ -21,7 +21,7 @@ from PIL import Image
 
 from dmlbench import cli
 from dmlbench.cli import main
-from dmlbench.config import load_config
+from dmlbench.params import load_config
 
 MAKERS: dict[str, Callable[[Path], FakeCopy]] = {
     "cars196": make_cars, "sop": make_sop, "inshop": make_inshop, "vehicleid": make_vehicleid,
@@ -280,7 +280,7 @@ _CONFIGS: dict[tuple[bytes, ...], dict] = {}
 
 
 def _config_read_once(paths: Sequence[str]) -> dict:
-    """:func:`dmlbench.config.load_config`, parsed once per content of the files (~60 ms each time saved)."""
+    """:func:`dmlbench.params.load_config`, parsed once per content of the files (~60 ms each time saved)."""
     key = tuple(Path(p).read_bytes() for p in paths)
     if key not in _CONFIGS:
         _CONFIGS[key] = load_config(paths)

@@ -19,7 +19,8 @@ import pytest
 import yaml
 from conftest import copy_workflow
 
-from dmlbench.config import ConfigError, load_config, resolve_run
+from dmlbench.config import ConfigError, resolve_run
+from dmlbench.params import load_config
 from dmlbench.workflow_checks import (
     OVERRIDES_FOLDER,
     configfile_options,

@@ -12,16 +12,9 @@ import torch
 import yaml
 
 from dmlbench.cli import main
-from dmlbench.config import (
-    ConfigError,
-    checkpoint_source,
-    deep_merge,
-    has_training,
-    load_config,
-    resolve_run,
-    validate_config,
-)
+from dmlbench.config import ConfigError, checkpoint_source, deep_merge, has_training, resolve_run
 from dmlbench.methods import RECIPES, build_recipe, recipe_class
+from dmlbench.params import load_config, validate_config
 from dmlbench.training.embed import embed_run
 
 from conftest import REPO

@@ -4,14 +4,16 @@ per-query and per-run keys, fixed reference values), dead mechanisms, outputs, c
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from dmlbench.config import ConfigError, merge_params, validate_config
+from dmlbench.config import ConfigError
 from dmlbench.methods.health import HealthCheck
+from dmlbench.params import merge_params, validate_config
 from dmlbench.report.claims import (
     CONTRADICTED,
     INCONCLUSIVE,
@@ -19,12 +21,19 @@ from dmlbench.report.claims import (
     SUPPORTED,
     Claim,
     claim_runs,
+    claims_caption,
     claims_of,
     evaluate_claims,
+    render_latex,
+    render_markdown,
     verdict,
     write_claims,
 )
 from dmlbench.report.collect import RunDir, collect_runs
+from dmlbench.report.latex import render_comparison_table
+from dmlbench.report.spec import TableSpec
+from dmlbench.report.summary import CELL_COLUMNS
+from dmlbench.report.summary import render_markdown as table_markdown
 
 PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 SEEDS = (0, 1, 2)
@@ -227,7 +236,7 @@ def test_skipped_claims_are_reported_not_run_and_need_no_runs(tmp_path: Path) ->
     assert table.loc["abe_vs_heads", "verdict"] == SUPPORTED and table.loc["skipped", "verdict"] == NOT_RUN
     assert table.loc["skipped", "seeds"] == 0 and np.isnan(table.loc["skipped", "difference"])
     markdown = (tmp_path / "out" / "claims.md").read_text()
-    assert "| ABE | ABE-8 > 8-heads | 60.6 vs 56.0 (Tab. 1) | — | — | — | not run (claims.skip) |" in markdown
+    assert "| ABE | ABE-8 > 8-heads | 60.6 vs 56.0 (Tab. 1) | -- | -- | -- | not run (claims.skip) |" in markdown
     assert markdown.rstrip().endswith("Not run: too slow here.")
 
 
@@ -247,3 +256,42 @@ def test_the_cub_claims_overlay_runs_25_claims_on_three_seeds_of_its_own_dataset
     assert dataset == "cub200_short" and config["datasets"][dataset]["kind"] == "cub200"
     assert len(measured) >= 25 and {c.seeds for c in measured} == {(0, 1, 2)}
     assert all(run.path.parts[-3] == "cub200_short" for run in claim_runs(config, Path("runs")))
+
+
+def _structure(tex: str) -> list[str]:
+    """The skeleton of a rendered float: its lines without rows, caption, label, column specification and rules
+    between header rows, ``table*`` read as ``table``."""
+    skipped = ("\\caption{", "\\label{", "\\begin{tabular}", "\\cmidrule")
+    return [line.replace("table*", "table") for line in tex.splitlines()
+            if " & " not in line and not line.startswith(skipped)]
+
+
+def test_the_claims_table_is_rendered_as_the_comparison_tables_are() -> None:
+    """One claim by hand: higher side R@1 0.613 in [0.609, 0.617] with a failed health check, lower side 0.5 without
+    an interval, difference 0.113 in [0.100, 0.125], names with an underscore. A comparison table of the same two
+    cells shows them with the same text: 61.3 ± 0.4 and the dagger, 50.0, a\\_b escaped alike, -- where missing,
+    in the same booktabs skeleton; the Markdown the same way."""
+    claim = {"id": "x", "paper": "P_1", "claim": "a_b > c", "reported": "", "kind": ">", "margin": math.nan,
+             "higher": "a_b", "higher_metric": "R@1", "lower": "c", "lower_metric": "R@1", "lower_value": math.nan,
+             "seeds": 3, "queries": 4, "higher_mean": 0.613, "higher_ci_low": 0.609, "higher_ci_high": 0.617,
+             "lower_mean": 0.5, "lower_ci_low": math.nan, "lower_ci_high": math.nan, "difference": 0.113,
+             "difference_low": 0.1, "difference_high": 0.125, "p_not_higher": 0.0, "verdict": SUPPORTED,
+             "higher_dead": True, "lower_dead": False}
+    claims = pd.DataFrame([claim])
+    caption = claims_caption(claims, "Data_set")
+    tex, markdown = render_latex(claims, caption), render_markdown(claims, caption)
+    assert ("P\\_1 & a\\_b \\textgreater{} c & -- & 61.3 $\\pm$ 0.4\\textsuperscript{\\dag} & 50.0 & "
+            "11.3 [10.0, 12.5] & supported \\\\") in tex.splitlines()
+    assert "| P_1 | a_b > c | -- | 61.3 ± 0.4 † | 50.0 | 11.3 [10.0, 12.5] | supported |" in markdown.splitlines()
+    assert caption.startswith("Claims of the papers, re-measured on Data\\_set. Ours: mean $\\pm$ half-width")
+    assert markdown.rstrip().splitlines()[-1].startswith("Claims of the papers, re-measured on Data_set. Ours: mean ±")
+
+    spec = TableSpec(["d"], ["a_b", "c"], {"d": ["R@1"]})
+    cells = pd.DataFrame([["d", "d", "a_b", "a_b", "R@1", 0.613, 0.609, 0.617, 3, 4, math.nan, False, True],
+                          ["d", "d", "c", "c", "R@1", 0.5, math.nan, math.nan, 1, 0, math.nan, False, False]],
+                         columns=CELL_COLUMNS)
+    table_tex = render_comparison_table(cells, spec, "Caption.", "tab:t")
+    assert "a\\_b & 61.3 $\\pm$ 0.4\\textsuperscript{\\dag} \\\\" in table_tex.splitlines()
+    assert "c & 50.0 \\\\" in table_tex.splitlines()
+    assert _structure(tex) == _structure(table_tex)
+    assert {"| a_b | 61.3 ± 0.4 † |", "| c | 50.0 |"} <= set(table_markdown(cells, "Caption.").splitlines())

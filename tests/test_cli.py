@@ -13,7 +13,7 @@ from conftest import REPO
 import dmlbench.evaluation as evaluation
 from dmlbench import __version__
 from dmlbench.cli import build_parser, main
-from dmlbench.config import merge_params
+from dmlbench.params import merge_params
 
 
 def test_unknown_dataset_is_a_clear_error(capsys):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dmlbench.config import ConfigError, deep_merge, load_config, resolve_run
+from dmlbench.config import ConfigError, deep_merge, resolve_run
+from dmlbench.params import load_config
 
 from conftest import REPO
 

@@ -15,6 +15,7 @@ from dmlbench.data.manifest import ManifestError, assert_split_counts, read_mani
 from dmlbench.data.samplers import ClassBalancedBatchSampler, PairBatchSampler
 from dmlbench.data.splits import carve_validation
 from dmlbench.data.transforms import eval_transform, training_transform
+from dmlbench.settings import ImageSettings
 
 
 def frame(n_classes: int = 10, per_class: int = 3) -> pd.DataFrame:
@@ -118,8 +119,8 @@ def test_pair_sampler_gives_positive_then_negative_partners_and_is_seeded():
 def test_transforms_and_dataset_read_greyscale_as_rgb(tmp_path: Path):
     path = tmp_path / "grey.png"
     Image.fromarray(np.full((40, 30), 128, dtype=np.uint8), mode="L").save(path)
-    image = {"resize": 32, "test_crop": 28, "train_crop": 24, "crop_scale": [0.5, 1.0], "flip": True}
-    dataset = ImageDataset([str(path)], np.array([3]), eval_transform(image))
+    image = ImageSettings(resize=32, test_crop=28, train_crop=24, crop_scale=(0.5, 1.0), flip=True)
+    dataset = ImageDataset([str(path)], np.array([3]), eval_transform(image.resize, image.test_crop))
     tensor, label, index = dataset[0]
     assert tensor.shape == (3, 28, 28) and label.item() == 3 and index == 0
     assert torch.allclose(tensor, torch.full_like(tensor, 128 / 255), atol=1e-6)
@@ -130,6 +131,6 @@ def test_transforms_and_dataset_read_greyscale_as_rgb(tmp_path: Path):
 def test_unreadable_image_names_its_path(tmp_path: Path):
     path = tmp_path / "broken.png"
     path.write_bytes(b"not an image")
-    dataset = ImageDataset([str(path)], np.array([0]), eval_transform({"resize": 8, "test_crop": 8}))
+    dataset = ImageDataset([str(path)], np.array([0]), eval_transform(8, 8))
     with pytest.raises(OSError, match="broken.png"):
         dataset[0]

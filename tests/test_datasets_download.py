@@ -18,7 +18,7 @@ import pytest
 from dmlbench.cli import main
 from dmlbench.data import cub200
 from dmlbench.data.download import Archive, DownloadError, UnverifiedDownloadError, download, fetch
-from dmlbench.data.registry import PREPARER_MODULES
+from dmlbench.data.kinds import PREPARER_MODULES
 from dmlbench.models.backbones.download import download_weights, fetch_remote
 from dmlbench.models.backbones.weights import PretrainedWeightsError, RemoteFile
 

@@ -27,11 +27,11 @@ import yaml
 from conftest import REPO
 from datasets_fakes import make_cub
 from dmlbench.cli import main as cli_main
-from dmlbench.config import merge_params
 from dmlbench.data import cub200
 from dmlbench.data.download import Archive, DownloadError, download, extract_archives, fetch_archive
 from dmlbench.data.manifest import read_manifest
 from dmlbench.data.official import DatasetConfigError, DatasetNotFoundError
+from dmlbench.params import merge_params
 
 FILENAME = cub200.ARCHIVES[0].filename  # CUB_200_2011.tgz
 

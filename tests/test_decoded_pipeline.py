@@ -21,11 +21,12 @@ from dmlbench.data.image_store import ImageStoreError, open_store, stored_size
 from dmlbench.data.images import load_rgb
 from dmlbench.data.stored_dataset import StoredImageDataset, model_inputs, pad_collate
 from dmlbench.data.transforms import eval_transform
+from dmlbench.settings import ImageSettings
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.data import load_run_data
 from dmlbench.training.trainer import train_run
 
-IMAGE = {"resize": 32, "test_crop": 28, "train_crop": 24, "crop_scale": [0.3, 1.0], "flip": True}
+IMAGE = ImageSettings(resize=32, test_crop=28, train_crop=24, crop_scale=(0.3, 1.0), flip=True)
 
 
 def smooth_image(height: int, width: int, seed: int = 0) -> np.ndarray:
@@ -57,10 +58,10 @@ def test_stored_sizes_are_torchvisions_resize_sizes():
 
 
 def test_evaluation_items_hold_exactly_the_pixels_of_the_pil_test_transform(images, tmp_path):
-    store = open_store(images, IMAGE["resize"], root=tmp_path / "stores")
+    store = open_store(images, IMAGE.resize, root=tmp_path / "stores")
     dataset = StoredImageDataset(store, images, np.arange(len(images)), IMAGE, train=False)
     for row, path in enumerate(images):
-        expected = eval_transform(IMAGE)(load_rgb(path))  # (3, 28, 28) float in [0, 1]
+        expected = eval_transform(IMAGE.resize, IMAGE.test_crop)(load_rgb(path))  # (3, 28, 28) float in [0, 1]
         stored, _, _ = dataset[row]
         assert stored.dtype == torch.uint8 and stored.shape == (28, 28, 3)
         model_input = dataset.to_model_input(stored[None], torch.tensor([row]))[0]

@@ -543,7 +543,7 @@ NAMED = {"dataset": "datasets", "method": "methods", "table": "tables", "figure"
 @pytest.mark.parametrize("command", DMLBENCH_COMMANDS, ids=[c.id for c in DMLBENCH_COMMANDS])
 def test_dmlbench_command_parses(command: Command, projects: Projects):
     from dmlbench.cli import _check_command, build_parser
-    from dmlbench.config import load_config
+    from dmlbench.params import load_config
 
     argv = substitute(command.argv)[1:]
     parser, stderr = build_parser(), io.StringIO()

@@ -35,8 +35,8 @@ def test_a_run_validates_and_tests_on_the_capped_rows_of_the_same_classes(params
         assert len(before) == 6 * len(np.unique(before)) and set(after) == set(before)
         assert np.bincount(after).max() == 4 and len(after) == 4 * len(np.unique(after))
     assert np.array_equal(capped.train.labels, full.train.labels)  # training images are not capped
-    rows = manifest_test_rows(tiny_manifest, capped.test.labels, run["training"])
+    rows = manifest_test_rows(tiny_manifest, capped.test.labels, 4)
     assert rows["path"].tolist() == capped.test.paths
     with pytest.raises(ValueError, match="do not match"):
-        manifest_test_rows(tiny_manifest, full.test.labels, run["training"])
+        manifest_test_rows(tiny_manifest, full.test.labels, 4)
     assert len(read_manifest(tiny_manifest)) == 72  # the manifest itself is untouched

@@ -13,17 +13,9 @@ import pytest
 import yaml
 from conftest import REPO
 
-from dmlbench.config import (
-    EXPERIMENT_SECTIONS,
-    ConfigError,
-    deep_merge,
-    load_config,
-    load_yaml,
-    merge_params,
-    params_sources,
-    resolve_method,
-)
+from dmlbench.config import EXPERIMENT_SECTIONS, ConfigError, deep_merge, load_yaml, resolve_method
 from dmlbench.generated import origin_keys
+from dmlbench.params import load_config, merge_params, params_sources
 
 PARAMS = REPO / "params.yaml"
 FIRST_EXPERIMENTS_FILE = "workflow/experiments/abe.yaml"

@@ -19,13 +19,15 @@ from conftest import REPO, copy_workflow, tiny_run
 from pytorch_metric_learning import distances, losses, miners
 
 from dmlbench.cli import main
-from dmlbench.config import ConfigError, load_config, resolve_run
+from dmlbench.config import ConfigError, resolve_run
 from dmlbench.losses import build_loss
 from dmlbench.losses.pml_adapter import PMLLoss
 from dmlbench.methods import build_recipe
 from dmlbench.methods.validation import check_planned_methods
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.backbones.weights import PretrainedWeightsError
+from dmlbench.params import load_config
+from dmlbench.settings import OptimizerSettings
 from dmlbench.training.optim import parameter_groups
 
 #: timm is an optional dependency (the ``test`` extra installs it): without it only the PML tests run.
@@ -113,7 +115,7 @@ def test_proxy_losses_get_the_runs_classes_and_dimension_and_train_their_proxies
     torch.testing.assert_close(loss(embeddings, labels), reference(embeddings, labels))
     model = torch.nn.Module()
     model.backbone = torch.nn.Linear(2, 2)
-    groups = parameter_groups({"lr": 0.01, "loss_lr_multiplier": 10.0}, model, loss)
+    groups = parameter_groups(OptimizerSettings(name="adam", lr=0.01, loss_lr_multiplier=10.0), model, loss)
     loss_group = next(g for g in groups if g["name"] == "loss")
     assert [id(p) for p in loss_group["params"]] == [id(proxies)] and loss_group["lr"] == pytest.approx(0.1)
     assert "loss.proxies" in loss.state_dict()  # saved with the checkpoint
@@ -333,7 +335,7 @@ def test_list_shows_the_built_ins_and_the_prefixed_forms(timm, capsys):
 
 def test_neither_library_is_imported_unless_a_prefixed_component_is_built(overlay: Path):
     """Reading parameters that name them, building the built-ins: neither timm nor PML is imported."""
-    code = ("import sys\nfrom dmlbench.config import load_config\nfrom dmlbench.losses import build_loss\n"
+    code = ("import sys\nfrom dmlbench.params import load_config\nfrom dmlbench.losses import build_loss\n"
             "from dmlbench.models.backbones import build_backbone\n"
             f"load_config([{str(REPO / 'params.yaml')!r}, {str(overlay)!r}])\n"
             "build_loss({'name': 'triplet'}, 4, 8)\nbuild_backbone({'name': 'small_cnn', 'width': 4})\n"

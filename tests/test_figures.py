@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from dmlbench.config import ConfigError, validate_config
+from dmlbench.config import ConfigError
+from dmlbench.params import validate_config
 from dmlbench.report.collect import RunDir
 from dmlbench.report.figures import check_figure, figure_inputs, render_figure
 from dmlbench.report.figures.retrieval_grid import retrieve

@@ -43,6 +43,7 @@ from dmlbench.models.deml_attention import (
     random_walk_saliency,
     transition_matrix,
 )
+from dmlbench.settings import training_settings
 from dmlbench.training.trainer import train_run
 
 DEML = {"label": "DeML", "recipe": "deml", "loss": {"name": "binomial", "alpha": 2.0, "beta": 0.5, "neg_weight": 35.0}}
@@ -501,7 +502,8 @@ def _boxed_context(tmp_path, run) -> TrainContext:
         path = tmp_path / f"{i}.png"
         Image.new("RGB", (24, 24), (i * 50, 0, 0)).save(path)
         paths.append(str(path))
-    val = ImageDataset(paths, np.array([0, 1]), eval_transform(run["training"]["image"]))
+    image = training_settings(run).image
+    val = ImageDataset(paths, np.array([0, 1]), eval_transform(image.resize, image.test_crop))
     data = SimpleNamespace(val=val, val_boxes=np.array([[4.0, 6.0, 12.0, 10.0]] * 2), train_boxes=None)
     return TrainContext(data=data, device=torch.device("cpu"), eval_batch_size=16)
 

@@ -31,6 +31,7 @@ from dmlbench.models.diablo import (
     resize_attention,
     select,
 )
+from dmlbench.settings import OptimizerSettings
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.optim import parameter_groups
@@ -326,8 +327,8 @@ def test_the_dictionary_gets_its_own_lr_multiplier(params, multiplier):
     head's lr (head_lr_multiplier 10 here)."""
     recipe = build_recipe(diablo_run(params, dictionary_lr_multiplier=multiplier))
     model = recipe.build_model()
-    groups = {g["name"]: g for g in parameter_groups({"lr": 0.5, "head_lr_multiplier": 10.0}, model,
-                                                      torch.nn.Module())}
+    settings = OptimizerSettings(name="adam", lr=0.5, head_lr_multiplier=10.0)
+    groups = {g["name"]: g for g in parameter_groups(settings, model, torch.nn.Module())}
     assert groups["head/dictionary"]["params"] == [model.selection.dictionary]
     assert groups["head/dictionary"]["lr"] == pytest.approx(0.5 * 10.0 * multiplier)
     assert groups["head"]["lr"] == pytest.approx(5.0)

@@ -62,7 +62,7 @@ def fake_context(labels: np.ndarray) -> SimpleNamespace:
 
 def one_step(recipe, model, loss, labels: np.ndarray, rows: list[int], images: torch.Tensor) -> None:
     """One optimiser step (Adam with weight decay, as configured) on the batch of training rows ``rows``."""
-    optimizer = build_optimizer(recipe.training["optimizer"], model, loss)
+    optimizer = build_optimizer(recipe.settings.optimizer, model, loss)
     optimizer.zero_grad(set_to_none=True)
     value = recipe.training_loss(model, loss, images, torch.as_tensor(labels[rows]), torch.as_tensor(rows))
     value.backward()

@@ -10,15 +10,17 @@ import pandas as pd
 import pytest
 import torch
 
-from dmlbench.config import ConfigError, resolve_method, resolve_run, validate_config
 from dmlbench.evaluation import evaluate_file
 from dmlbench.methods import OptionsError, Recipe, parse_options
+from dmlbench.params import validate_config
+from dmlbench.settings import OptimizerSettings
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
 from dmlbench.training.trainer import train_run
 
 from conftest import parameter_group_ids, tiny_run
 
+from dmlbench.config import ConfigError, resolve_method, resolve_run
 
 @dataclasses.dataclass(frozen=True)
 class DemoOptions:
@@ -173,7 +175,7 @@ def test_optimizer_puts_every_non_backbone_parameter_in_the_head_group(params):
     run = tiny_run(params, "triplet")
     model = Recipe(run).build_model()
     model.extra = torch.nn.Linear(2, 2)  # e.g. an attention module outside the backbone
-    groups = {g["name"]: g for g in parameter_groups(run["training"]["optimizer"], model, torch.nn.Module())}
+    groups = {g["name"]: g for g in parameter_groups(Recipe(run).settings.optimizer, model, torch.nn.Module())}
     head_ids = {id(p) for p in groups["head"]["params"]}
     assert id(model.extra.weight) in head_ids and id(model.head.linear.weight) in head_ids
     assert not head_ids & {id(p) for p in groups["backbone"]["params"]}
@@ -198,7 +200,7 @@ def test_optimizer_trains_backbone_copies_at_the_backbone_lr():
     from dmlbench.training.optim import parameter_groups
 
     model = CopyingModel()
-    config = {"lr": 0.1, "head_lr_multiplier": 10.0}
+    config = OptimizerSettings(name="adam", lr=0.1, head_lr_multiplier=10.0)
     groups = {g["name"]: g for g in parameter_groups(config, model, torch.nn.Module())}
     assert groups["backbone"]["lr"] == 0.1 and groups["head"]["lr"] == pytest.approx(1.0)
     ids = parameter_group_ids(model)

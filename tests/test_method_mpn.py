@@ -25,9 +25,11 @@ from dmlbench.methods.mpn_batches import (
     refine_in_batches,
 )
 from dmlbench.cli import main
-from dmlbench.config import load_config, resolve_method, resolve_run
+from dmlbench.config import resolve_method, resolve_run
 from dmlbench.evaluation.ensemble import concatenate_members, ensemble_files, member_seeds
 from dmlbench.models.mpn import MessagePassingNetwork, MessagePassingStep, MultiHeadDotProductAttention
+from dmlbench.params import load_config
+from dmlbench.settings import OptimizerSettings
 from dmlbench.training.optim import build_optimizer
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
@@ -165,8 +167,8 @@ def train_on_neighbour_task(node_scale: str = "sqrt_dim", steps: int = 900, seed
     mpn = MessagePassingNetwork(2 * half, steps=1, heads=1, attention_dropout=0.0, dropout=0.0, node_scale=node_scale)
     loss = MPNCrossEntropyLoss(classes, 2 * half, MPNLossConfig(temperature=0.5, label_smoothing=0.0, aux_weight=0.0))
     mpn.backbone = torch.nn.Identity()  # the optimiser's groups: every MPN parameter is a head parameter
-    optimizer = build_optimizer({"name": "radam", "lr": 0.003, "weight_decay": 6e-6, "decoupled_weight_decay": True},
-                                mpn, loss)
+    settings = OptimizerSettings(name="radam", lr=0.003, weight_decay=6e-6, decoupled_weight_decay=True)
+    optimizer = build_optimizer(settings, mpn, loss)
     for _ in range(steps):
         nodes, labels = batch()
         value = loss(nodes, mpn(nodes), labels)

@@ -8,7 +8,8 @@ import jsonschema
 import pytest
 import torch
 
-from dmlbench.config import schema
+from dmlbench.schema import schema
+from dmlbench.settings import OptimizerSettings
 from dmlbench.training.optim import build_optimizer, parameter_groups
 
 LR, DECAY = 0.1, 0.5
@@ -20,7 +21,7 @@ def steps_with_zero_loss_gradient(config: dict, steps: int) -> float:
     model = torch.nn.Linear(1, 1, bias=False)
     model.backbone = torch.nn.Identity()  # no backbone parameters: every weight is in the head group
     torch.nn.init.ones_(model.weight)
-    optimizer = build_optimizer({"lr": LR, "weight_decay": DECAY, **config}, model, torch.nn.Module())
+    optimizer = build_optimizer(OptimizerSettings(lr=LR, weight_decay=DECAY, **config), model, torch.nn.Module())
     for _ in range(steps):
         optimizer.zero_grad()
         (0.0 * model.weight).sum().backward()
@@ -89,7 +90,8 @@ def group_ids(groups: list[dict]) -> dict[str, tuple[float, set[int]]]:
 def test_parameter_group_multipliers_split_a_group_at_a_multiple_of_its_lr():
     """head lr = 0.1 × 3; the hooked part: 0.3 × 10 = 3, and it leaves the head group."""
     model = HookedModel()
-    groups = group_ids(parameter_groups({"lr": 0.1, "head_lr_multiplier": 3.0}, model, torch.nn.Module()))
+    settings = OptimizerSettings(name="adam", lr=0.1, head_lr_multiplier=3.0)
+    groups = group_ids(parameter_groups(settings, model, torch.nn.Module()))
     assert list(groups) == ["backbone", "head", "head/part"]
     assert groups["head"] == (pytest.approx(0.3), {id(p) for p in model.head.parameters()})
     assert groups["head/part"] == (pytest.approx(3.0), {id(p) for p in model.part.parameters()})
@@ -99,18 +101,19 @@ def test_parameter_group_multipliers_split_a_group_at_a_multiple_of_its_lr():
 def test_a_loss_may_split_its_group_too_and_models_without_the_hook_keep_three_groups():
     model, loss = HookedModel(), HookedModel()
     del loss.backbone
-    groups = group_ids(parameter_groups({"lr": 1.0, "loss_lr_multiplier": 2.0}, model, loss))
+    groups = group_ids(parameter_groups(OptimizerSettings(name="adam", lr=1.0, loss_lr_multiplier=2.0), model, loss))
     assert groups["loss/part"] == (pytest.approx(20.0), {id(p) for p in loss.part.parameters()})
     plain = torch.nn.Linear(1, 1)
     plain.backbone = torch.nn.Identity()
-    assert [g["name"] for g in parameter_groups({"lr": 1.0}, plain, torch.nn.Linear(1, 1))] == ["head", "loss"]
+    groups = parameter_groups(OptimizerSettings(name="adam", lr=1.0), plain, torch.nn.Linear(1, 1))
+    assert [g["name"] for g in groups] == ["head", "loss"]
 
 
 def test_a_non_positive_multiplier_is_an_error():
     model = HookedModel()
     model.parameter_group_multipliers = lambda: {"part": (model.part, 0.0)}
     with pytest.raises(ValueError, match="head/part"):
-        parameter_groups({"lr": 1.0}, model, torch.nn.Module())
+        parameter_groups(OptimizerSettings(name="adam", lr=1.0), model, torch.nn.Module())
 
 
 def test_the_cpu_keeps_the_default_optimiser_implementation():
@@ -119,4 +122,4 @@ def test_the_cpu_keeps_the_default_optimiser_implementation():
     model = torch.nn.Linear(3, 2)
     model.backbone = torch.nn.Identity()
     for name in ("sgd", "adam", "adamw"):
-        assert not build_optimizer({"name": name, "lr": 0.1}, model, torch.nn.Module()).defaults.get("fused")
+        assert not build_optimizer(OptimizerSettings(name=name, lr=0.1), model, torch.nn.Module()).defaults.get("fused")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dmlbench.config import load_config, resolve_run
 from dmlbench.methods import build_recipe
+from dmlbench.params import load_config
 from dmlbench.report.claims import claim_methods
 
 from conftest import REPO
 
+from dmlbench.config import resolve_run
 
 @pytest.mark.parametrize("overlay", ["cub_lite", "paper"])
 def test_every_table1_model_builds_and_embeds_on_the_overlay_backbone(overlay: str):

@@ -14,11 +14,12 @@ import torch
 import torch.nn.functional as F
 
 from conftest import tiny_run, write_tiny_dataset
-from dmlbench.config import ConfigError, validate_config
+from dmlbench.config import ConfigError
 from dmlbench.data.synthetic import make_class_table, pretrain_splits
 from dmlbench.methods import build_recipe
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.backbones.weights import PretrainedWeightsError, sha256_sidecar
+from dmlbench.params import validate_config
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.pretrain import backbone_state, pretrain_backbone
 from dmlbench.training.trainer import train_run
@@ -147,7 +148,7 @@ def test_pretraining_section_must_name_defined_entries(params):
 
 # --- reference rows ----------------------------------------------------------------------------------
 def test_reference_row_is_its_initial_network_and_embeds_normalised_pooled_features(params, tiny_manifest, tmp_path):
-    from dmlbench.training.seeding import derive_seed, seed_everything
+    from dmlbench.seeding import derive_seed, seed_everything
 
     run = tiny_run(params, "untrained", epochs=0)
     train_run(run, tiny_manifest, tmp_path / "run", tmp_path / "scratch", progress=False)

@@ -22,9 +22,11 @@ import yaml
 from conftest import REPO
 
 from dmlbench.cli import main
-from dmlbench.config import ConfigError, load_config, schema, validate_config
+from dmlbench.config import ConfigError
 from dmlbench.names import NAME_PATTERN, is_name, one_of
+from dmlbench.params import load_config, validate_config
 from dmlbench.paths import PathOutsideError, contained
+from dmlbench.schema import schema
 
 #: hostile names: shell substitution and separators, path climbing, regex metacharacters, a newline
 #: (which Python's ``$`` lets through), unicode look-alikes (Cyrillic а, fullwidth ｘ), case, empty.

@@ -11,7 +11,8 @@ import yaml
 from conftest import REPO, write_tiny_dataset
 
 from dmlbench.cli import main
-from dmlbench.config import load_config, resolve_run
+from dmlbench.config import resolve_run
+from dmlbench.params import load_config
 from dmlbench.provenance import Layers, run_settings
 
 PARAMS = str(REPO / "params.yaml")

@@ -37,7 +37,7 @@ def imported_after(code: str, cwd: Path = REPO) -> dict:
 
 def test_loading_and_validating_the_parameters_imports_no_heavy_library():
     # params.yaml with its experiments files: every recipe, every figure kind, the claims
-    result = imported_after(f"from dmlbench.config import load_config\nload_config([{str(REPO / 'params.yaml')!r}])")
+    result = imported_after(f"from dmlbench.params import load_config\nload_config([{str(REPO / 'params.yaml')!r}])")
     assert result["heavy"] == []
 
 

@@ -9,18 +9,9 @@ import pytest
 import yaml
 from conftest import REPO
 
-from dmlbench.config import (
-    ConfigError,
-    deep_merge,
-    defines,
-    load_config,
-    load_yaml,
-    merge_params,
-    method_chain,
-    params_sources,
-    resolve_run,
-)
+from dmlbench.config import ConfigError, deep_merge, defines, load_yaml, method_chain, resolve_run
 from dmlbench.generated import origin_keys
+from dmlbench.params import load_config, merge_params, params_sources
 from dmlbench.sweeps import (
     expand_sweeps,
     point_names,

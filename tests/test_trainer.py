@@ -15,14 +15,14 @@ import pytest
 import torch
 from conftest import tiny_run
 from torch.utils.data import DataLoader
+import dmlbench.models.embedding as embedding
 
-import dmlbench.training.embedding as embedding
 from dmlbench.evaluation.evaluate import evaluate_embeddings
 from dmlbench.evaluation.files import load_embeddings_npz
 from dmlbench.evaluation.validation import check_stats
+from dmlbench.seeding import configure_determinism
 from dmlbench.training.checkpoint import load_checkpoint
 from dmlbench.training.embed import embed_run
-from dmlbench.training.seeding import configure_determinism
 from dmlbench.training.trainer import NonFiniteLossError, WaitClock, train_run
 
 TIMING_COLUMNS = ["seconds", "images_per_s", "loader_wait_share"]
@@ -241,7 +241,7 @@ def test_channels_last_lays_out_the_weights_and_trains_to_the_same_result_within
     run = tiny_run(params, "triplet", epochs=2)
     fast = copy.deepcopy(run)
     fast["training"]["channels_last"] = True
-    conv = place_model(torch.nn.Conv2d(3, 4, 3), fast["training"], torch.device("cpu")).weight
+    conv = place_model(torch.nn.Conv2d(3, 4, 3), True, torch.device("cpu")).weight
     assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
     results = {}
     for name, config in (("plain", run), ("fast", fast)):

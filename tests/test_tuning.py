@@ -14,15 +14,10 @@ import pytest
 import yaml
 from conftest import REPO, copy_workflow, write_tiny_dataset
 
-from dmlbench.config import (
-    ConfigError,
-    deep_merge,
-    load_config,
-    params_sources,
-    resolve_run,
-    validate_config,
-)
+from dmlbench.config import ConfigError, deep_merge, resolve_run
 from dmlbench.data.manifest import read_manifest
+from dmlbench.params import load_config, params_sources, validate_config
+from dmlbench.settings import TrainingSettings, parse_dataclass
 from dmlbench.sweeps import expand_sweeps
 from dmlbench.tuning.entries import expand_tuned, tuned_methods
 from dmlbench.tuning.folds import class_folds, fold_data, training_rows
@@ -153,7 +148,7 @@ def test_a_folds_run_trains_on_the_other_folds_and_is_scored_on_the_held_out_one
     rows = training_rows(manifest)
     assert set(rows["split"]) == {"train"} and len(rows) == 36
     folds = class_folds(rows["label"].unique(), k=2, seed=0)
-    training = {**params["training"], "eval_images_per_class": 4}
+    training = parse_dataclass(TrainingSettings, {**params["training"], "eval_images_per_class": 4}, "training")
     data = fold_data(rows, training, folds, held_out=1)
     assert sorted(data.train_classes.tolist()) == folds[0].tolist()
     assert sorted(set(data.test.labels.tolist())) == folds[1].tolist()

@@ -74,7 +74,8 @@ def test_one_stage_per_job_with_the_same_command_inputs_outputs_and_params(snake
 
 def test_params_are_declared_under_the_file_that_sets_them(snakemake_jobs, dvc_stages):
     """DVC reads params per file: an experiments file's keys are declared under it, params.yaml's under it."""
-    from dmlbench.config import defines, params_sources
+    from dmlbench.config import defines
+    from dmlbench.params import params_sources
 
     sources = {str(path.relative_to(REPO)): data for path, data in params_sources(REPO / "params.yaml")}
     declared = {pair for stage in dvc_stages.values() for pair in stage["param_files"]}
@@ -141,7 +142,8 @@ def test_a_train_stage_depends_on_its_own_recipe_loss_and_backbone_modules_only(
     for job in (j for j in snakemake_jobs if j["rule"] in ("train", "embed")):
         assert dvc_stages[job["name"]]["deps"] >= set(job["code"]), job["name"]
     # every train stage group shares one recipe: a D&C stage's deps name dnc.py, no other's do
-    from dmlbench.config import load_config, resolve_method
+    from dmlbench.config import resolve_method
+    from dmlbench.params import load_config
 
     config = load_config([REPO / "params.yaml"])
     dnc_methods = {m for m in config["methods"] if resolve_method(config, m).get("recipe") == "dnc"}
@@ -202,8 +204,9 @@ def test_metrics_are_dvc_metrics_and_training_logs_dvc_plots(snakemake_jobs, dvc
 
 
 def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_jobs):
-    from dmlbench.config import load_config, method_chain
+    from dmlbench.config import method_chain
     from dmlbench.generated import origin_keys
+    from dmlbench.params import load_config
 
     config = load_config([REPO / "params.yaml"])
 
@@ -230,7 +233,8 @@ def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_
 def test_test_time_variants_reembed_their_base_checkpoint_and_have_no_train_job(snakemake_jobs):
     """`checkpoint_of: mpn` entries (Tables 3/8's MPN-at-test rows): no train job; their embed job reads mpn's
     checkpoint and tracks their own keys; the report reads no training log of theirs."""
-    from dmlbench.config import checkpoint_source, load_config
+    from dmlbench.config import checkpoint_source
+    from dmlbench.params import load_config
 
     config = load_config([REPO / "params.yaml"])
     variants = {m: checkpoint_source(config, m) for m in config["methods"] if checkpoint_source(config, m)}

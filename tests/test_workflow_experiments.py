@@ -74,7 +74,7 @@ def test_jobs_pass_params_yaml_first_and_overlays_after_it(tmp_path):
 
 def test_paper_overlay_plans_every_table_run():
     """`snakemake -n` with the paper overlay builds, and every dataset × method × seed of its tables is planned."""
-    from dmlbench.config import load_config
+    from dmlbench.params import load_config
 
     overlay = REPO / "workflow" / "overlays" / "paper.yaml"
     config = load_config([REPO / "params.yaml", overlay])

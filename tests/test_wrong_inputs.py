@@ -16,7 +16,8 @@ from conftest import REPO, tiny_run, write_tiny_dataset
 
 import dmlbench.cli as cli
 from dmlbench.cli import main
-from dmlbench.config import YAML_MAX_DEPTH, YAML_MAX_NODES, ConfigError, load_config, load_yaml
+from dmlbench.config import YAML_MAX_DEPTH, YAML_MAX_NODES, ConfigError, load_yaml
+from dmlbench.params import load_config
 from dmlbench.training.checkpoint import MANIFEST_DIGEST_KEY, MANIFEST_KEY, ManifestMismatchError
 from dmlbench.training.embed import embed_run
 from dmlbench.training.trainer import train_run

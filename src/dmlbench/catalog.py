@@ -1,31 +1,18 @@
-"""What exists: methods, tables, figures, datasets, losses and backbones, one line each (``dmlbench list``),
-and the "did you mean" suggestion for a mistyped name.
-
->>> did_you_mean("tripplet", ["triplet", "margin", "dnc"])
-" (did you mean 'triplet'?)"
->>> did_you_mean("zzz", ["triplet"])
-''
-"""
+"""What exists: methods, tables, figures, datasets, losses and backbones, one line each (``dmlbench list``)."""
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from dmlbench.config import ensemble_spec, resolve_method
+from dmlbench.errors import did_you_mean
 
 #: What ``dmlbench list`` can list.
 KINDS: tuple[str, ...] = ("methods", "tables", "figures", "datasets", "losses", "backbones")
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """``" (did you mean 'x'?)"`` for the closest of ``known`` names, or ``""`` when none is close."""
-    matches = difflib.get_close_matches(name, [str(k) for k in known], n=1, cutoff=0.6)
-    return f" (did you mean {matches[0]!r}?)" if matches else ""
-
-
 def _method_line(config: Mapping[str, Any], name: str) -> str:
-    from dmlbench.config import ensemble_spec, resolve_method
-
     method = resolve_method(config, name)
     ensemble = ensemble_spec(config, name)
     if ensemble is not None:
@@ -70,11 +57,15 @@ def _backbone_lines() -> dict[str, str]:
 
 
 def _loss_lines() -> dict[str, str]:
-    """The built-in losses, then the ``pml:<LossClass>`` and miner forms (pytorch-metric-learning imported here)."""
-    from dmlbench.losses.pml_adapter import pml_class_names
+    """The built-in losses, then the ``pml:<LossClass>`` and miner forms (pytorch-metric-learning imported here, and
+    only when it is installed)."""
+    from dmlbench.losses.pml_adapter import PML_INSTALL, pml_class_names, pml_installed
     from dmlbench.losses.registry import LOSS_CLASSES
 
     lines = {name: f"{_first_line(cls.__doc__)} (paper-exact default)" for name, cls in LOSS_CLASSES.items()}
+    if not pml_installed():
+        lines["pml:<LossClass>"] = f"pytorch-metric-learning is not installed: {PML_INSTALL}"
+        return lines
     losses, miners = pml_class_names("loss"), pml_class_names("miner")
     lines["pml:<LossClass>"] = (f"a pytorch-metric-learning loss, keyword arguments beside name ({len(losses)}: "
                                 f"{', '.join(losses)})")

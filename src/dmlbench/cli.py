@@ -37,14 +37,14 @@ from pathlib import Path
 from types import ModuleType
 
 from dmlbench import __version__
-from dmlbench.catalog import KINDS, catalog, did_you_mean, plain_text
-from dmlbench.config import load_config, resolve_run, section
-from dmlbench.errors import DmlbenchError
+from dmlbench.catalog import KINDS, catalog, plain_text
+from dmlbench.config import resolve_run, section
+from dmlbench.errors import DmlbenchError, did_you_mean
+from dmlbench.layout import CHECKPOINT_FILE, EMBEDDINGS_FILE, PER_QUERY_FILE, RUNS_DIR, manifest_path, run_dir
 from dmlbench.names import name_argument
+from dmlbench.params import load_config
 from dmlbench.paths import contained
 
-PREPARED_DIR = Path("data/prepared")
-RUNS_DIR = Path("results/runs")
 TUNING_DIR = Path("results/tuning")
 PLOTS_DIR = Path("results/plots")
 SCRATCH_DIR = Path(".scratch")
@@ -56,16 +56,6 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 #: the arguments that name a command's input files, for a missing key's message (:func:`error_line`).
 INPUT_ARGUMENTS = ("config", "run_dir", "manifest", "prepared", "embeddings", "members")
-
-
-def manifest_path(dataset: str) -> Path:
-    """Where ``prepare`` writes a dataset's manifest (inside :data:`PREPARED_DIR`)."""
-    return contained(PREPARED_DIR, dataset, "manifest.csv")
-
-
-def run_dir(dataset: str, method: str, seed: int) -> Path:
-    """Directory of one run's outputs (inside :data:`RUNS_DIR`)."""
-    return contained(RUNS_DIR, dataset, method, f"seed{seed}")
 
 
 def _set_threads(threads: int | None) -> None:
@@ -211,12 +201,12 @@ def cmd_embed(args: argparse.Namespace) -> None:
     from dmlbench.training.embed import embed_run
 
     directory = Path(args.run_dir)
-    checkpoint = directory / "checkpoint.pt"
+    checkpoint = directory / CHECKPOINT_FILE
     trained = load_checkpoint(checkpoint)["run"]
     dataset, seed = trained["dataset"], trained["seed"]
     run = resolve_run(load_config(args.config), dataset, args.method, seed) if args.method else None
     default_dir = run_dir(dataset, args.method, seed) if args.method else directory
-    out = Path(args.out) if args.out else default_dir / "embeddings.npz"
+    out = Path(args.out) if args.out else default_dir / EMBEDDINGS_FILE
     manifest = Path(args.manifest) if args.manifest else manifest_path(dataset)
     print(f"embedded {embed_run(checkpoint, manifest, out, run=run)}")
 
@@ -246,7 +236,7 @@ def _evaluation_settings(args: argparse.Namespace) -> dict:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from dmlbench.evaluation import PER_QUERY_FILE, KMeansSettings, evaluate_file
+    from dmlbench.evaluation import KMeansSettings, evaluate_file
 
     settings = _evaluation_settings(args)
     kmeans = KMeansSettings(**settings["kmeans"])

@@ -1,9 +1,11 @@
-"""Parameters: ``params.yaml``, its experiments files and overlays, validated by a JSON schema.
+"""Parameters: the pieces that read, merge, check and resolve ``params.yaml``, its experiments files and overlays
+(a file read, the JSON schema, deep merges, a method's ``base:`` chain, one run's settings); :mod:`dmlbench.params`
+joins them into the whole configuration (``load_config``).
 
 ``params.yaml`` is the configuration of both Snakemake and DVC. Its ``experiments:`` list names
 the experiments files (``workflow/experiments/<paper>.yaml``, paths relative to its folder): each
 adds a paper's methods, tables and figures, and is merged right after ``params.yaml``, in the
-listed order (:func:`params_sources`). An experiments file only adds entries: redefining an entry
+listed order (:func:`dmlbench.params.params_sources`). An experiments file only adds entries: redefining an entry
 of ``params.yaml`` or of another experiments file is a :class:`ConfigError` naming both files.
 Overlays (``--configfile`` in Snakemake, ``--config`` here) are deep-merged on top of them
 in order, and do override: mappings merge key by key, everything else (lists included) is
@@ -23,30 +25,28 @@ options (so a table's "at test" rows and the trained method's row come from the
 same networks). Its resolved section may differ from that method's only in
 :data:`PRESENTATION_KEYS` and in the options its recipe declares test-time
 (``Recipe.TEST_TIME_OPTIONS``); anything else is a :class:`ConfigError` naming
-the key. ``checkpoint_of`` is read from the method's own entry, never inherited.
+the key (:mod:`dmlbench.methods.checkpoint_reuse`). ``checkpoint_of`` is read from the method's own entry, never inherited.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from dmlbench.catalog import did_you_mean
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, did_you_mean
+from dmlbench.names import NAME_PATTERN, bad_name_message
+from dmlbench.schema import schema
 
-SCHEMA_RESOURCE = "params.schema.json"
 #: entries (of a method or a dataset) that only name things or steer the report; they never change a run.
 PRESENTATION_KEYS = ("label", "recall_ks")
-#: the top-level key of a parameter file that lists its experiments files (consumed by :func:`params_sources`).
+#: the top-level key of a parameter file that lists its experiments files (consumed by :func:`dmlbench.params.params_sources`).
 EXPERIMENTS_KEY = "experiments"
 #: the sections an experiments file may define; each entry of them is defined by one file only.
 EXPERIMENT_SECTIONS = ("methods", "tables", "figures", "sweeps")
@@ -160,11 +160,6 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return dict(data)
 
 
-def schema() -> dict[str, Any]:
-    """The JSON schema of the parameters (shipped with the package)."""
-    return json.loads(resources.files("dmlbench").joinpath(SCHEMA_RESOURCE).read_text())
-
-
 #: a ``$`` that ends a schema pattern (not an escaped ``\\$``).
 _END_ANCHOR = re.compile(r"(?<!\\)\$$")
 
@@ -175,14 +170,12 @@ def _whole_text_pattern(validator: jsonschema.protocols.Validator, pattern: str,
     ``$`` also matches before a final newline, so ``"x\\n"`` would pass ``^[a-z0-9_]+$``. A name that fails
     the name pattern (``$defs/name``) gets :func:`dmlbench.names.bad_name_message`."""
     if validator.is_type(instance, "string") and re.search(_END_ANCHOR.sub(r"\\Z", pattern), instance) is None:
-        from dmlbench.names import NAME_PATTERN, bad_name_message
-
         yield jsonschema.ValidationError(bad_name_message(instance) if pattern == NAME_PATTERN
                                          else f"{instance!r} does not match {pattern!r}")
 
 
 #: the schema's validator, with :func:`_whole_text_pattern` for ``pattern``.
-_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _whole_text_pattern})
+SchemaValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"pattern": _whole_text_pattern})
 
 
 def non_finite_values(node: Any, path: str = "") -> list[tuple[str, float]]:
@@ -225,25 +218,9 @@ def _raise_schema_errors(validator: jsonschema.protocols.Validator, instance: An
         raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
 
 
-def conforms(config: Mapping[str, Any]) -> bool:
-    """Whether ``config`` passes the schema (not yet the cross-key checks of :func:`validate_config`)."""
-    return _Validator(schema()).is_valid(config)
-
-
-def check_section(config: Mapping[str, Any], key: str, source: str = "params") -> None:
-    """Validate the top-level section ``key`` alone against its part of the schema (nothing when absent): the
-    expansions of :mod:`dmlbench.generated` read ``sweeps`` and ``tuning`` before the whole is validated.
-
-    Raises:
-        ConfigError: as :func:`validate_config`, naming the key paths.
-    """
-    if key in config:
-        full = schema()
-        _raise_schema_errors(_Validator({**full["properties"][key], "$defs": full["$defs"]}), config[key], key, source)
-
-
-def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
-    """Validate against the schema and check cross-references between sections.
+def check_schema(config: Mapping[str, Any], source: str = "params") -> None:
+    """Validate the merged parameters against the schema, after refusing NaN and infinities (the schema's bounds
+    let them through); the checks across sections come after (:func:`dmlbench.params.validate_config`).
 
     Raises:
         ConfigError: naming the key path (e.g. ``methods.triplet.loss.margin``) and the problem.
@@ -253,144 +230,25 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
         listed = ", ".join(f"{path} = {value}" for path, value in non_finite[:10])
         raise ConfigError(f"{source}: parameters must be finite numbers; {listed}. Write a number "
                           f"(YAML reads .nan, .inf and -.inf as NaN and infinities).")
-    _raise_schema_errors(_Validator(schema()), config, "", source)
-    for name, section_ in config.get("methods", {}).items():
-        if "ensemble_members" in section_:
-            extra = sorted(set(section_) - {"base", "label", "ensemble_members"})
-            base = section_.get("base")
-            if base is None or extra:
-                raise ConfigError(f"{source}: methods.{name} is an ensemble (ensemble_members): it needs a 'base' "
-                                  f"(the member method) and may set only 'label'; it sets {extra or 'no base'}")
-            if any("ensemble_members" in config["methods"].get(m, {}) for m in method_chain(config, base)):
-                raise ConfigError(f"{source}: methods.{name}.base = {base!r} is itself an ensemble")
-    for name in config.get("methods", {}):
-        method = resolve_method(config, name)
-        # a reference row (recipe: reference) is not trained, so it has no loss
-        needed = ("recipe",) if method.get("recipe") == "reference" else ("recipe", "loss")
-        missing = [key for key in needed if key not in method]
-        if missing:
-            raise ConfigError(f"{source}: methods.{name} (with its bases) defines no {' or '.join(missing)}")
-        unknown = sorted(set(config["methods"][name].get("per_dataset", {})) - set(config.get("datasets", {})))
-        if unknown:
-            raise ConfigError(f"{source}: methods.{name}.per_dataset names {unknown}, which are not under 'datasets'")
-        if "loss" in method and "name" not in method["loss"]:
-            raise ConfigError(f"{source}: methods.{name}.loss (with its bases) has no 'name'")
-    for dataset, stage in config.get("pretraining", {}).items():
-        if dataset not in config.get("datasets", {}):
-            raise ConfigError(f"{source}: pretraining.{dataset} names no dataset under 'datasets'")
-        if stage["method"] not in config.get("methods", {}):
-            raise ConfigError(f"{source}: pretraining.{dataset}.method = {stage['method']!r} is not defined under "
-                              "'methods'")
-    for name in config.get("methods", {}):
-        if checkpoint_source(config, name) is not None:
-            check_checkpoint_source(config, name, source)
-    _check_runs(config, source)
-    for table_name, table in config.get("tables", {}).items():
-        for key, section in (("datasets", "datasets"), ("methods", "methods")):
-            unknown = [name for name in table[key] if name not in config[section]]
-            if unknown:
-                raise ConfigError(
-                    f"{source}: tables.{table_name}.{key} names {unknown}, which are not defined under "
-                    f"'{section}'{did_you_mean(unknown[0], config[section])} (defined: {sorted(config[section])})"
-                )
-    for figure_name in config.get("figures", {}):
-        from dmlbench.report.figures import check_figure
-
-        check_figure(config, figure_name, source)
-    from dmlbench.report.claims import check_claims
-
-    check_claims(config, source)
-    from dmlbench.tuning.entries import check_tuning
-
-    check_tuning(config, source)
+    _raise_schema_errors(SchemaValidator(schema()), config, "", source)
 
 
-def _check_runs(config: Mapping[str, Any], source: str) -> None:
-    """:func:`check_run_training` (through :func:`resolve_run`) for every method on every dataset: a run that no
-    table plans today is one overlay away, and its settings are wrong already."""
-    for method in config.get("methods", {}):
-        for dataset in config.get("datasets", {}):
-            try:
-                resolve_run(config, dataset, method, 0)
-            except ConfigError as err:
-                raise ConfigError(f"{source}: {err}") from err
+def conforms(config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` passes the schema (not yet the cross-key checks of
+    :func:`dmlbench.params.validate_config`)."""
+    return SchemaValidator(schema()).is_valid(config)
 
 
-def _experiments_files(path: Path, listed: Any) -> list[Path]:
-    """The experiments files that ``path``'s ``experiments:`` lists, relative to its folder (schema-checked)."""
-    validator = _Validator(schema()["properties"][EXPERIMENTS_KEY])
-    error = jsonschema.exceptions.best_match(validator.iter_errors(listed))
-    if error is not None:
-        raise ConfigError(f"{path}: {EXPERIMENTS_KEY}: {error.message} (a list of YAML files, relative to "
-                          f"{path.parent})")
-    return [path.parent / name for name in listed]
-
-
-def _load_experiments_file(path: Path) -> dict[str, Any]:
-    """One experiments file: a mapping of :data:`EXPERIMENT_SECTIONS` only."""
-    data = load_yaml(path)
-    extra = [key for key in data if key not in EXPERIMENT_SECTIONS]
-    if extra:
-        raise ConfigError(f"{path}: an experiments file defines only {list(EXPERIMENT_SECTIONS)}; it sets "
-                          f"{extra}{did_you_mean(str(extra[0]), EXPERIMENT_SECTIONS)} (defaults and datasets "
-                          "belong in params.yaml, overrides in an overlay)")
-    return data
-
-
-def _check_unique_entries(sources: Sequence[tuple[Path, Mapping[str, Any]]]) -> None:
-    """No entry of :data:`EXPERIMENT_SECTIONS` is defined by two of ``sources`` (a parameter file and its
-    experiments files): merging would silently keep the later one."""
-    owners: dict[tuple[str, str], Path] = {}
-    for path, data in sources:
-        for name in EXPERIMENT_SECTIONS:
-            for entry in data.get(name) or {}:
-                first = owners.setdefault((name, entry), path)
-                if first != path:
-                    raise ConfigError(f"{path}: {name}.{entry} is already defined in {first}; an experiments file "
-                                      "adds entries, it does not redefine them: rename one (an overlay, passed "
-                                      "after params.yaml, is the way to override an entry)")
-
-
-def params_sources(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
-    """A parameter file and the experiments files it lists, each ``(path, its own content)``, in merge
-    order: the file itself (without ``experiments``), then its experiments files in the listed order.
+def check_section(config: Mapping[str, Any], key: str, source: str = "params") -> None:
+    """Validate the top-level section ``key`` alone against its part of the schema (nothing when absent): the
+    expansions of :mod:`dmlbench.generated` read ``sweeps`` and ``tuning`` before the whole is validated.
 
     Raises:
-        ConfigError: a malformed list, a missing or malformed experiments file, or an entry of
-            ``methods``, ``tables``, ``figures`` or ``sweeps`` defined by two of these files, or a method that
-            one writes and a sweep generates (naming both).
+        ConfigError: as :func:`check_schema`, naming the key paths.
     """
-    path = Path(path)
-    data = load_yaml(path)
-    listed = data.pop(EXPERIMENTS_KEY, [])
-    sources = [(path, data), *((file, _load_experiments_file(file)) for file in _experiments_files(path, listed))]
-    _check_unique_entries(sources)
-    from dmlbench.sweeps import check_written_points  # imports this module
-
-    check_written_points(sources)
-    return sources
-
-
-def merge_params(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """``params.yaml`` and overlays (in order), each followed by its experiments files, deep-merged, with the
-    entries they generate added (sweeps' points, tuned tables: :func:`dmlbench.generated.expand_params`);
-    not validated: see :func:`load_config`."""
-    from dmlbench.generated import expand_params  # imports this module
-
-    if not paths:
-        raise ConfigError("no parameter file given (expected params.yaml and optional overlays)")
-    merged: dict[str, Any] = {}
-    for path in paths:
-        for _, data in params_sources(path):
-            merged = deep_merge(merged, data)
-    return expand_params(merged)
-
-
-def load_config(paths: Sequence[str | Path]) -> dict[str, Any]:
-    """Load ``params.yaml`` with its experiments files and the overlays (in order), merge and validate them."""
-    merged = merge_params(paths)
-    validate_config(merged, source=" + ".join(str(p) for p in paths))
-    return merged
+    if key in config:
+        full = schema()
+        _raise_schema_errors(SchemaValidator({**full["properties"][key], "$defs": full["$defs"]}), config[key], key, source)
 
 
 def defines(data: Mapping[str, Any], key: str) -> bool:
@@ -512,55 +370,6 @@ def differing_keys(left: Mapping[str, Any], right: Mapping[str, Any], prefix: st
     return keys
 
 
-def test_time_options(recipe: str) -> frozenset[str]:
-    """The options of a recipe that change only how a trained model embeds (``Recipe.TEST_TIME_OPTIONS``)."""
-    from dmlbench.methods import recipe_test_time_options  # the registry's copy: imports no recipe, no torch
-
-    return recipe_test_time_options(recipe)
-
-
-def training_differences(trained: Mapping[str, Any], reused: Mapping[str, Any]) -> list[str]:
-    """Dotted keys where two resolved method sections (:func:`resolve_method`, or a run's
-    ``method_config`` with its ``training``) differ in a way that changes the trained network:
-    every key but :data:`PRESENTATION_KEYS` and the recipe's test-time options; ``['recipe']`` when
-    the recipes differ."""
-    if trained.get("recipe") != reused.get("recipe"):
-        return ["recipe"]
-    ignored = {*PRESENTATION_KEYS, *(f"options.{name}" for name in test_time_options(trained["recipe"]))}
-    return [key for key in differing_keys(trained, reused) if key not in ignored]
-
-
-def check_checkpoint_source(config: Mapping[str, Any], method: str, source: str = "params") -> None:
-    """``methods.<method>.checkpoint_of`` names another trained method that trains exactly like
-    ``method`` on every dataset (see the module doc).
-
-    Raises:
-        ConfigError: naming the first differing keys and the two ways out.
-    """
-    trained = config["methods"][method]["checkpoint_of"]
-    where = f"{source}: methods.{method}.checkpoint_of = {trained!r}"
-    if trained == method:
-        raise ConfigError(f"{where} names the method itself; a method that trains its own checkpoint has no "
-                          "checkpoint_of")
-    if trained not in config["methods"]:
-        raise ConfigError(f"{where} is not defined under 'methods'")
-    if not has_training(config, trained):
-        raise ConfigError(f"{where} has no checkpoint of its own (it is an ensemble or re-embeds another "
-                          "method's checkpoints); name the method that is trained")
-    for dataset in [None, *config.get("datasets", {})]:
-        differences = training_differences(resolve_method(config, trained, dataset),
-                                           resolve_method(config, method, dataset))
-        if differences:
-            recipe = resolve_method(config, trained).get("recipe")
-            on = f" on dataset {dataset!r}" if dataset else ""
-            raise ConfigError(
-                f"{where}, but {method} differs from {trained}{on} in {differences}, which change the training "
-                f"(only recipe {recipe!r}'s test-time options {sorted(test_time_options(recipe))} and "
-                f"{list(PRESENTATION_KEYS)} may differ): set those keys as {trained} has them, or drop "
-                f"checkpoint_of so that {method} is trained itself"
-            )
-
-
 def training_origin(config: Mapping[str, Any], dataset: str, method: str, key: str) -> str:
     """The dotted parameter that sets run (``dataset``, ``method``)'s ``training.<key>``: the first that
     defines it of the method's (then each base's) ``per_dataset.<dataset>.training`` and ``training``, then
@@ -676,3 +485,15 @@ def resolve_run(config: Mapping[str, Any], dataset: str, method: str, seed: int)
         "evaluation": dict(section(config, "evaluation")),
         "seed": int(seed),
     }
+
+
+def run_yaml_text(run: Mapping[str, Any], configs: Sequence[str | Path]) -> str:
+    """The text of a run folder's ``run.yaml`` (:data:`dmlbench.layout.RUN_FILE`): the resolved run
+    (:func:`resolve_run`, what the checkpoint stores as ``run``), headed by the command that shows where each
+    setting comes from."""
+    command = (f"dmlbench show run --dataset {run['dataset']} --method {run['method']} --seed {run['seed']} "
+               + " ".join(f"--config {config}" for config in configs))
+    return (f"# The resolved settings of this run, written before training (the checkpoint stores the same).\n"
+            f"# From: {', '.join(map(str, configs))}. Where each setting comes from, and the defaults in code:\n"
+            f"#   {command}\n"
+            + yaml.safe_dump(dict(run), sort_keys=False, allow_unicode=True, width=120))

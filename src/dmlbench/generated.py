@@ -1,7 +1,7 @@
 """Entries the parameters generate: the points of ``sweeps`` and the tuned twins of ``tuning.tables``.
 
 :func:`expand_params` adds them after the parameter files and overlays are merged, before validation
-(:func:`dmlbench.config.merge_params`). No parameter file writes a generated entry, so the workflow tracks
+(:func:`dmlbench.params.merge_params`). No parameter file writes a generated entry, so the workflow tracks
 it by the keys that generate it (:func:`origin_keys`): Snakemake reruns its jobs when they change, and DVC
 finds them in the files that set them.
 """
@@ -19,7 +19,7 @@ from dmlbench.tuning.space import TUNING_KEY
 
 def expand_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with the sweeps' points, then the tuned tables and entries, added (a copy when any). The
-    tuned twins are generated from valid parameters only: otherwise :func:`dmlbench.config.validate_config`
+    tuned twins are generated from valid parameters only: otherwise :func:`dmlbench.params.validate_config`
     reports what is wrong, naming the files."""
     swept = expand_sweeps(config)
     return expand_tuned(swept) if conforms(swept) else swept

@@ -6,7 +6,7 @@ job's shell command. So it is restricted to lower-case letters, digits and ``_``
 schema's ``$defs/name`` (read from there, so the schema, the workflow's wildcard constraints and the
 command line cannot drift apart):
 
-- the schema checks every named section's keys with it (:func:`dmlbench.config.validate_config`);
+- the schema checks every named section's keys with it (:func:`dmlbench.config.check_schema`);
 - the workflow's wildcards accept only the names the parameters define (:func:`one_of`), so a target
   such as ``data/raw/cub200/x$(touch PWNED)`` matches no rule;
 - the command line's name arguments are checked by :func:`name_argument`.
@@ -18,8 +18,8 @@ import argparse
 import re
 from collections.abc import Callable, Iterable
 
-from dmlbench.config import schema
 from dmlbench.errors import DmlbenchError
+from dmlbench.schema import schema
 
 #: the schema's definition of a name (``$defs/name``).
 NAME_DEFINITION = "name"

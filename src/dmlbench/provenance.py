@@ -4,7 +4,7 @@ A run's settings pass through several layers (:mod:`dmlbench.config`): ``params.
 files, the overlays (each with its experiments files), the command line's ``KEY=VALUE`` overrides, then
 :func:`~dmlbench.config.resolve_run`'s precedence (``training`` ← ``datasets.<d>.training`` ← each method of
 the ``base:`` chain with its ``per_dataset.<d>``). Nothing of this is tracked while the parameters load, so
-:func:`~dmlbench.config.load_config` costs what it did: the sources are found afterwards, on request
+:func:`~dmlbench.params.load_config` costs what it did: the sources are found afterwards, on request
 (``dmlbench show``), in two steps that follow the merge rules (mappings merge key by key, anything else
 replaces):
 
@@ -25,12 +25,11 @@ from typing import Any
 
 import yaml
 
-from dmlbench.config import ConfigError, _UniqueKeyLoader, deep_merge, method_chain, params_sources
+from dmlbench.config import ConfigError, _UniqueKeyLoader, deep_merge, method_chain
+from dmlbench.params import params_sources
 
 #: the name of the layer made of ``KEY=VALUE`` overrides given on the command line.
 COMMAND_LINE = "command line"
-#: a run folder's resolved settings, written before training starts.
-RUN_FILE = "run.yaml"
 #: how :func:`dmlbench.workflow_checks.overrides_overlay` names the overlay that holds Snakemake's ``--config``.
 SNAKEMAKE_OVERRIDES_PREFIX = "config_overrides-"
 #: the sections of a resolved run that come from the parameters, as :func:`~dmlbench.config.resolve_run` names them.
@@ -123,7 +122,7 @@ class Layers:
     @classmethod
     def read(cls, paths: Sequence[str | Path], overrides: Mapping[str, Any] | None = None) -> Layers:
         """``paths`` (``params.yaml`` and overlays), each followed by its experiments files
-        (:func:`~dmlbench.config.params_sources`), then ``overrides`` (:data:`COMMAND_LINE`)."""
+        (:func:`~dmlbench.params.params_sources`), then ``overrides`` (:data:`COMMAND_LINE`)."""
         if not paths:
             raise ConfigError("no parameter file given (expected params.yaml and optional overlays)")
         layers = [Layer(_layer_name(file), data, key_lines(file)) for path in paths for file, data in params_sources(path)]
@@ -133,7 +132,7 @@ class Layers:
 
     def merged(self) -> dict[str, Any]:
         """The layers deep-merged, overrides last, with the entries they generate added: what
-        :func:`~dmlbench.config.merge_params` gives for the files and an overlay of the overrides."""
+        :func:`~dmlbench.params.merge_params` gives for the files and an overlay of the overrides."""
         merged: dict[str, Any] = {}
         for layer in self.layers:
             merged = deep_merge(merged, layer.data)
@@ -265,13 +264,3 @@ def format_settings(settings: Sequence[Setting]) -> str:
     width = max((len(text) for text, _ in rows), default=0)
     return "".join(f"{text:<{width}}  # {setting.source}"
                    f"{'  ' + setting.parameter if setting.parameter else ''}\n" for text, setting in rows)
-
-
-def run_yaml_text(run: Mapping[str, Any], configs: Sequence[str | Path]) -> str:
-    """The text of a run folder's :data:`RUN_FILE`: the resolved run (what the checkpoint stores as ``run``)."""
-    command = (f"dmlbench show run --dataset {run['dataset']} --method {run['method']} --seed {run['seed']} "
-               + " ".join(f"--config {config}" for config in configs))
-    return (f"# The resolved settings of this run, written before training (the checkpoint stores the same).\n"
-            f"# From: {', '.join(map(str, configs))}. Where each setting comes from, and the defaults in code:\n"
-            f"#   {command}\n"
-            + yaml.safe_dump(dict(run), sort_keys=False, allow_unicode=True, width=120))

@@ -33,8 +33,8 @@ from dmlbench.config import (
     resolve_method,
     resolve_run,
     section,
-    validate_config,
 )
+from dmlbench.params import validate_config
 from dmlbench.provenance import (
     Layers,
     Setting,

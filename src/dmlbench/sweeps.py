@@ -19,7 +19,7 @@ on: ordinary entries, named in tables, figures and claims like any other.
   listed under ``skip`` (e.g. the base itself); or, with ``points``, exactly the listed combinations in
   their order (a list sweep).
 - **Settings**: ``set`` (a partial method entry every point states), then each axis's value at its dotted
-  ``key`` (``options.*``, ``loss.*``, ``training.*``, ``head.*``). The key must name a setting that the
+  ``key`` (``options.*``, ``loss.*``, ``training.*``). The key must name a setting that the
   base already has (its resolved entry, or the ``training`` defaults for ``training.*``), so a misspelt
   key is an error, not a silently ignored setting.
 - **Names**: ``name`` is a template in which ``{axis}`` stands for the point's value written as a name
@@ -31,7 +31,7 @@ on: ordinary entries, named in tables, figures and claims like any other.
   the default is the base's label followed by the values.
 
 Sweeps are expanded after the parameter files and overlays are merged and before they are validated
-(:func:`dmlbench.config.merge_params`); the ``sweeps`` section stays in the parameters, and the workflow
+(:func:`dmlbench.params.merge_params`); the ``sweeps`` section stays in the parameters, and the workflow
 tracks a point's settings as its sweep's keys (:func:`sweep_keys`), since no parameter file writes them.
 """
 
@@ -45,14 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dmlbench.catalog import did_you_mean
 from dmlbench.config import ConfigError, check_section, deep_merge, defines, resolve_method
+from dmlbench.errors import did_you_mean
 from dmlbench.names import bad_name_message, is_name
 
 #: the top-level section of the parameters that holds the sweeps.
 SWEEPS_KEY = "sweeps"
 #: the first part of an axis's dotted key: the method-entry sections a sweep may vary.
-SWEEPABLE_SECTIONS = ("loss", "options", "training", "head")
+SWEEPABLE_SECTIONS = ("loss", "options", "training")
 #: a placeholder of a name or label template: ``{axis}``.
 _PLACEHOLDER = re.compile(r"\{([a-z0-9_]+)\}")
 

@@ -6,8 +6,7 @@ from dmlbench.report.claims import claim_runs
 def claim_inputs(wildcards):
     """metrics.json and per_query.npz of every run the claims read (dmlbench.report.claims.claim_runs:
     the claims' dataset and seeds, `claims.seeds` of an overlay included)."""
-    return sorted(str(run.path / name) for run in claim_runs(config, Path("results/runs"))
-                  for name in ("metrics.json", "per_query.npz"))
+    return sorted(str(run.path / name) for run in claim_runs(config, RUNS_DIR) for name in (METRICS_FILE, PER_QUERY_FILE))
 
 
 rule claims:

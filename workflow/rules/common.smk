@@ -7,19 +7,31 @@ from pathlib import Path
 
 from dmlbench.config import (
     PRESENTATION_KEYS,
-    deep_merge,
-    logs_epochs,
     checkpoint_source,
+    deep_merge,
     ensemble_spec,
-    merge_params,
+    logs_epochs,
     method_chain,
     resolve_method,
-    validate_config,
 )
 from dmlbench.evaluation.ensemble import member_seeds
 from dmlbench.generated import origin_keys
+from dmlbench.layout import (
+    CHECKPOINT_FILE,
+    EMBEDDINGS_FILE,
+    LOG_FILE,
+    MANIFEST_FILE,
+    METRICS_FILE,
+    PER_QUERY_FILE,
+    RUN_DIR_PATTERN,
+    RUNS_DIR,
+    prepared_dir,
+    run_file,
+    run_of,
+)
 from dmlbench.methods.validation import check_planned_methods
 from dmlbench.names import one_of
+from dmlbench.params import merge_params, validate_config
 from dmlbench.workflow_checks import check_no_future_dated_files, check_one_configfile_option, overrides_overlay
 from dmlbench.workflow_params import PARAM_KEYS
 
@@ -56,7 +68,9 @@ CONFIG_ARGS = " ".join(f"--config {shlex.quote(str(path))}"
 # a file dated in the future would make finished outputs look out of date: stop before any job runs
 check_no_future_dated_files()
 DMLBENCH = "dmlbench"
-RUN_DIR = "results/runs/{dataset}/{method}/seed{seed}"
+RUN_DIR = RUN_DIR_PATTERN
+# a prepared dataset's folder (wildcard dataset)
+PREPARED = prepared_dir("{dataset}").as_posix()
 
 
 # Two kinds of methods are not trained: ensembles (`ensemble_members: E`; rule ensemble concatenates

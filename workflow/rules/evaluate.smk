@@ -4,10 +4,10 @@
 
 rule evaluate:
     input:
-        f"{RUN_DIR}/embeddings.npz",
+        f"{RUN_DIR}/{EMBEDDINGS_FILE}",
     output:
-        metrics=f"{RUN_DIR}/metrics.json",
-        per_query=f"{RUN_DIR}/per_query.npz",
+        metrics=f"{RUN_DIR}/{METRICS_FILE}",
+        per_query=f"{RUN_DIR}/{PER_QUERY_FILE}",
     params:
         tracked=tracked_params("evaluate", lambda w: [f"datasets.{w.dataset}.recall_ks", "evaluation"]),
     threads: 1

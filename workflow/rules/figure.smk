@@ -9,7 +9,7 @@ FIGURES = list(config.get("figures", {}))
 def figure_keys(figure):
     """The figure spec, the seeds, the dataset label and the labels of the methods it shows."""
     spec = config["figures"][figure]
-    methods = {path.split("/")[3] for path in figure_inputs(config, figure) if path.startswith("results/runs/")}
+    methods = {run.method for run in map(run_of, figure_inputs(config, figure)) if run is not None}
     labels = [key for m in sorted(methods) for key in method_keys(m) if key.endswith(".label")]
     if "label" in config["datasets"][spec["dataset"]]:
         labels.append(f"datasets.{spec['dataset']}.label")

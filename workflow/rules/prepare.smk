@@ -23,7 +23,7 @@ rule prepare:
     input:
         dataset_archives,
     output:
-        directory("data/prepared/{dataset}"),
+        directory(PREPARED),
     params:
         tracked=tracked_params(
             "prepare", lambda w: subkeys(f"datasets.{w.dataset}", (*PRESENTATION_KEYS, "training"))

@@ -4,7 +4,12 @@
 
 from dmlbench.config import resolve_run
 from dmlbench.models.backbones import BACKBONES
-from dmlbench.models.backbones.weights import PRETRAINING_SOURCES, pretrained_path
+from dmlbench.layout import pretrained_path, pretraining_run_dir
+from dmlbench.models.backbones.weights import PRETRAINING_SOURCES
+
+# a pretraining stage's weights file and its run folder (wildcards dataset, backbone)
+PRETRAINED_WEIGHTS = pretrained_path("{dataset}", "{backbone}").as_posix()
+PRETRAINING_RUN_DIR = pretraining_run_dir(PRETRAINED_WEIGHTS).as_posix()
 
 
 def run_backbone(dataset, method):
@@ -24,7 +29,7 @@ def pretraining_backbone_matches(wildcards):
     """No inputs; raises when the requested file's backbone is not the one the stage trains."""
     name = run_backbone(wildcards.dataset, pretraining_method(wildcards.dataset))["name"]
     if name != wildcards.backbone:
-        raise ValueError(f"data/pretrained/{wildcards.dataset}/{wildcards.backbone}.pt: pretraining.{wildcards.dataset} "
+        raise ValueError(f"{pretrained_path(wildcards.dataset, wildcards.backbone)}: pretraining.{wildcards.dataset} "
                          f"trains a {name!r} backbone, not {wildcards.backbone!r}")
     return []
 
@@ -42,13 +47,13 @@ rule pretrain:
     wildcard_constraints:
         backbone=one_of(BACKBONES),
     input:
-        data="data/prepared/{dataset}",
+        data=PREPARED,
         check=pretraining_backbone_matches,
     output:
-        weights="data/pretrained/{dataset}/{backbone}.pt",
-        checksum="data/pretrained/{dataset}/{backbone}.pt.sha256",
-        checkpoint="data/pretrained/{dataset}/{backbone}_run/checkpoint.pt",
-        log="data/pretrained/{dataset}/{backbone}_run/log.csv",
+        weights=PRETRAINED_WEIGHTS,
+        checksum=f"{PRETRAINED_WEIGHTS}.sha256",
+        checkpoint=f"{PRETRAINING_RUN_DIR}/{CHECKPOINT_FILE}",
+        log=f"{PRETRAINING_RUN_DIR}/{LOG_FILE}",
     params:
         tracked=tracked_params(
             "pretrain",

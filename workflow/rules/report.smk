@@ -32,9 +32,9 @@ def table_report(path, caption, shows):
 
 rule report:
     input:
-        metrics=lambda w: table_runs(w.table, "metrics.json"),
-        per_query=lambda w: table_runs(w.table, "per_query.npz"),
-        logs=lambda w: table_runs(w.table, "log.csv", trained_only=True),
+        metrics=lambda w: table_runs(w.table, METRICS_FILE),
+        per_query=lambda w: table_runs(w.table, PER_QUERY_FILE),
+        logs=lambda w: table_runs(w.table, LOG_FILE, trained_only=True),
         tuned=lambda w: table_tuned_settings(w.table),  # a tuned table's best.yaml files (tune.smk)
     output:
         table="results/tables/{table}.tex",

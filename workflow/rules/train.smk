@@ -9,7 +9,7 @@ def option_files(wildcards):
     inputs of the run, so editing one reruns it. A file that `prepare` writes into the dataset's
     folder (SOP's super_classes.csv) comes with that folder, already an input."""
     options = resolve_method(config, wildcards.method, wildcards.dataset).get("options", {})
-    prepared = Path(f"data/prepared/{wildcards.dataset}")
+    prepared = prepared_dir(wildcards.dataset)
     return [
         value
         for key, value in options.items()
@@ -30,7 +30,7 @@ def train_keys(dataset, method):
 # a run's command up to its log; rule train_tuned (tune.smk) adds the run's best.yaml
 TRAIN_COMMAND = (
     "{DMLBENCH} train --dataset {wildcards.dataset:q} --method {wildcards.method:q} --seed {wildcards.seed:q}"
-    " --manifest {input.data:q}/manifest.csv --out \"$(dirname {output.checkpoint:q})\" --threads {threads}"
+    " --manifest {input.data:q}/" + MANIFEST_FILE + " --out \"$(dirname {output.checkpoint:q})\" --threads {threads}"
     " --no-progress {CONFIG_ARGS}"
 )
 
@@ -39,12 +39,12 @@ rule train:
     wildcard_constraints:
         method=TRAINED_METHOD,
     input:
-        data="data/prepared/{dataset}",
+        data=PREPARED,
         options=option_files,
         pretrained=pretrained_weights,
     output:
-        checkpoint=f"{RUN_DIR}/checkpoint.pt",
-        log=f"{RUN_DIR}/log.csv",
+        checkpoint=f"{RUN_DIR}/{CHECKPOINT_FILE}",
+        log=f"{RUN_DIR}/{LOG_FILE}",
     params:
         tracked=tracked_params("train", lambda w: train_keys(w.dataset, w.method)),
     threads: 1
@@ -60,10 +60,10 @@ rule embed:
     wildcard_constraints:
         method=TRAINED_METHOD,
     input:
-        checkpoint=f"{RUN_DIR}/checkpoint.pt",
-        data="data/prepared/{dataset}",
+        checkpoint=f"{RUN_DIR}/{CHECKPOINT_FILE}",
+        data=PREPARED,
     output:
-        f"{RUN_DIR}/embeddings.npz",
+        f"{RUN_DIR}/{EMBEDDINGS_FILE}",
     params:
         tracked=tracked_params("embed", lambda w: []),
     threads: 1
@@ -72,7 +72,7 @@ rule embed:
     log:
         "results/logs/embed/{dataset}/{method}/seed{seed}.log",
     shell:
-        "{DMLBENCH} embed \"$(dirname {input.checkpoint:q})\" --manifest {input.data:q}/manifest.csv --out {output:q}"
+        "{DMLBENCH} embed \"$(dirname {input.checkpoint:q})\" --manifest {input.data:q}/" + MANIFEST_FILE + " --out {output:q}"
         " --threads {threads} > {log:q} 2>&1"
 
 
@@ -80,10 +80,10 @@ rule reembed:
     wildcard_constraints:
         method=REEMBEDDED_METHOD,
     input:
-        checkpoint=lambda w: f"results/runs/{w.dataset}/{REEMBEDDED[w.method]}/seed{w.seed}/checkpoint.pt",
-        data="data/prepared/{dataset}",
+        checkpoint=lambda w: run_file(w.dataset, REEMBEDDED[w.method], w.seed, CHECKPOINT_FILE),
+        data=PREPARED,
     output:
-        f"{RUN_DIR}/embeddings.npz",
+        f"{RUN_DIR}/{EMBEDDINGS_FILE}",
     params:
         tracked=tracked_params("reembed", lambda w: method_keys(w.method, PRESENTATION_KEYS)),
     threads: 1
@@ -93,13 +93,12 @@ rule reembed:
         "results/logs/reembed/{dataset}/{method}/seed{seed}.log",
     shell:
         "{DMLBENCH} embed \"$(dirname {input.checkpoint:q})\" --method {wildcards.method:q}"
-        " --manifest {input.data:q}/manifest.csv --out {output:q} --threads {threads} {CONFIG_ARGS} > {log:q} 2>&1"
+        " --manifest {input.data:q}/" + MANIFEST_FILE + " --out {output:q} --threads {threads} {CONFIG_ARGS} > {log:q} 2>&1"
 
 
 def ensemble_members(wildcards):
     member, count = ENSEMBLES[wildcards.method]
-    return [f"results/runs/{wildcards.dataset}/{member}/seed{s}/embeddings.npz"
-            for s in member_seeds(int(wildcards.seed), count)]
+    return [run_file(wildcards.dataset, member, s, EMBEDDINGS_FILE) for s in member_seeds(int(wildcards.seed), count)]
 
 
 rule ensemble:
@@ -108,7 +107,7 @@ rule ensemble:
     input:
         ensemble_members,
     output:
-        f"{RUN_DIR}/embeddings.npz",
+        f"{RUN_DIR}/{EMBEDDINGS_FILE}",
     params:
         tracked=tracked_params("ensemble", lambda w: [f"methods.{w.method}.base", f"methods.{w.method}.ensemble_members"]),
     threads: 1

@@ -47,13 +47,13 @@ rule train_tuned:
     wildcard_constraints:
         method=one_of(TUNED),
     input:
-        data="data/prepared/{dataset}",
+        data=PREPARED,
         options=option_files,
         pretrained=pretrained_weights,
         best=lambda w: tuned_settings(w.dataset, w.method),
     output:
-        checkpoint=f"{RUN_DIR}/checkpoint.pt",
-        log=f"{RUN_DIR}/log.csv",
+        checkpoint=f"{RUN_DIR}/{CHECKPOINT_FILE}",
+        log=f"{RUN_DIR}/{LOG_FILE}",
     params:
         tracked=tracked_params("train_tuned", lambda w: train_keys(w.dataset, w.method)),
     threads: 1
@@ -69,7 +69,7 @@ rule tune:
     wildcard_constraints:
         method=one_of(sorted(set(TUNED.values()))),
     input:
-        data="data/prepared/{dataset}",
+        data=PREPARED,
         pretrained=pretrained_weights,  # <method>'s backbone: <method>_tuned does not change it
     output:
         best=f"{TUNING_DIR}/best.yaml",
@@ -83,5 +83,5 @@ rule tune:
         "results/logs/tune/{dataset}/{method}.log",
     shell:
         "{DMLBENCH} tune --dataset {wildcards.dataset:q} --method {wildcards.method:q}"
-        " --manifest {input.data:q}/manifest.csv --out \"$(dirname {output.best:q})\" --threads {threads}"
+        " --manifest {input.data:q}/" + MANIFEST_FILE + " --out \"$(dirname {output.best:q})\" --threads {threads}"
         " --no-progress {CONFIG_ARGS} > {log:q} 2>&1"

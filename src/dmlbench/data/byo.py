@@ -62,11 +62,10 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.atomic import atomic_output
-from dmlbench.catalog import did_you_mean
 from dmlbench.data.images import raise_for_failures, undecodable_images, unreadable_images
 from dmlbench.data.manifest import LABEL_RANGE, _box_problem, write_manifest
 from dmlbench.data.official import IGNORED_KEYS, DatasetConfigError, DatasetNotFoundError
-from dmlbench.errors import DmlbenchError
+from dmlbench.errors import DmlbenchError, did_you_mean
 from dmlbench.paths import PathOutsideError, contained
 
 #: Image files of a class folder, by extension (any case): torchvision's ImageFolder's list.

@@ -49,6 +49,7 @@ from tqdm import tqdm
 
 from dmlbench.atomic import exclusive_lock
 from dmlbench.data.archives import extract_archive, is_archive
+from dmlbench.data.kinds import PREPARER_MODULES
 from dmlbench.errors import DmlbenchError
 
 USER_AGENT = "dmlbench-downloader/0.1 (+https://pypi.org/project/dmlbench)"
@@ -222,8 +223,6 @@ def _dataset_module(kind: str) -> ModuleType:
             or a dataset distributed by request only (the message says how to
             get it by hand).
     """
-    from dmlbench.data.registry import PREPARER_MODULES
-
     if kind not in PREPARER_MODULES:
         raise DownloadError(f"unknown dataset kind {kind!r}; known: {sorted(PREPARER_MODULES)}")
     module = importlib.import_module(PREPARER_MODULES[kind])
@@ -237,8 +236,6 @@ def _dataset_module(kind: str) -> ModuleType:
 def archive_filenames(kind: str) -> list[str]:
     """The file names of the official archives of dataset ``kind`` (``<raw_dir>/<kind>/<filename>``):
     none for an unknown kind, a generated one, or one distributed by request only."""
-    from dmlbench.data.registry import PREPARER_MODULES
-
     if kind not in PREPARER_MODULES:
         return []
     return [archive.filename for archive in getattr(importlib.import_module(PREPARER_MODULES[kind]), "ARCHIVES", [])]

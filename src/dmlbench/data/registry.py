@@ -1,4 +1,5 @@
-"""Dataset preparers, looked up by the ``kind`` of a ``datasets.<name>`` params section.
+"""Dataset preparers, looked up by the ``kind`` of a ``datasets.<name>`` params section
+(:data:`dmlbench.data.kinds.PREPARER_MODULES`).
 
 Each preparer module exposes ``prepare(config, out_dir) -> Path``: it reads
 its params section ``config`` (a mapping), writes ``out_dir/manifest.csv``
@@ -21,19 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.atomic import atomic_folder
+from dmlbench.data.kinds import PREPARER_MODULES
 from dmlbench.errors import DmlbenchError
 
-PREPARER_MODULES: dict[str, str] = {
-    "synthetic": "dmlbench.data.synthetic",
-    "cub200": "dmlbench.data.cub200",
-    "cars196": "dmlbench.data.cars196",
-    "sop": "dmlbench.data.sop",
-    "inshop": "dmlbench.data.inshop",
-    "vehicleid": "dmlbench.data.vehicleid",
-    # your own images: an image folder root/<class>/<image>, or a CSV path,label[,split] (docs/datasets.md)
-    "folder": "dmlbench.data.byo",
-    "manifest": "dmlbench.data.byo",
-}
 #: written into an output folder by a finished ``prepare``: the folder is dmlbench's to rewrite.
 OWNER_MARKER = ".dmlbench-prepared"
 #: a folder prepared before :data:`OWNER_MARKER` existed has this file (rewritten by every ``prepare``).
@@ -74,7 +65,7 @@ def prepare_dataset(config: Mapping[str, Any], out_dir: str | Path) -> Path:
     """
     kind = config.get("kind")
     if kind not in PREPARER_MODULES:
-        from dmlbench.catalog import did_you_mean
+        from dmlbench.errors import did_you_mean
         from dmlbench.data.official import DatasetConfigError
 
         raise DatasetConfigError(f"datasets.*.kind = {kind!r} is not a known dataset kind"

@@ -13,7 +13,7 @@ The loader's work per image is a copy out of the memory-mapped store (no decodin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from dmlbench.data.dataset import ImageDataset
 from dmlbench.data.device_augment import augment_batch
 from dmlbench.data.image_store import ImageStore
 from dmlbench.data.transforms import eval_transform, training_transform
+from dmlbench.settings import ImageSettings
 
 
 def centre_crop_origin(height: int, width: int, crop: int) -> tuple[int, int]:
@@ -71,7 +72,7 @@ class StoredImageDataset(Dataset):
         store: the decoded images (:func:`dmlbench.data.image_store.open_store`).
         paths: N image files, each in the store.
         labels: (N,) int labels.
-        image: the ``training.image`` params section.
+        image: the run's ``training.image`` settings.
         train: training items (augmented on the device) rather than evaluation items.
 
     Attributes:
@@ -83,19 +84,19 @@ class StoredImageDataset(Dataset):
 
     random_in_workers = False
 
-    def __init__(self, store: ImageStore, paths: Sequence[str], labels: np.ndarray, image: Mapping[str, Any],
+    def __init__(self, store: ImageStore, paths: Sequence[str], labels: np.ndarray, image: ImageSettings,
                  train: bool):
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
         self.store = store
         self.paths = list(paths)
         self.labels = np.asarray(labels, dtype=np.int64)
-        self.image = dict(image)
+        self.image = image
         self.train = train
         self.rows = np.array([store.row_of[str(path)] for path in self.paths], dtype=np.int64)
         self.sizes = torch.from_numpy(store.sizes[self.rows].copy())
         self.transform: Callable[[Image.Image], torch.Tensor] = (
-            training_transform(image) if train else eval_transform(image))
+            training_transform(image) if train else eval_transform(image.resize, image.test_crop))
         self.collate_fn: Callable[[list[Any]], Any] | None = pad_collate if train else None
 
     def __len__(self) -> int:
@@ -104,7 +105,7 @@ class StoredImageDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         stored = self.store.image(int(self.rows[index]))
         if not self.train:
-            crop = self.image["test_crop"]
+            crop = self.image.test_crop
             top, left = centre_crop_origin(stored.shape[0], stored.shape[1], crop)
             stored = np.ascontiguousarray(stored[top:top + crop, left:left + crop])
         return torch.from_numpy(stored), torch.tensor(self.labels[index]), index
@@ -125,8 +126,8 @@ class StoredImageDataset(Dataset):
             return images.permute(0, 3, 1, 2).float().div_(255.0)
         if generator is None:
             raise ValueError("training items of the decoded_uint8 pipeline need the epoch's augmentation generator")
-        return augment_batch(images, self.sizes[indices.cpu()], self.image["train_crop"], self.image["crop_scale"],
-                             self.image["flip"], generator)
+        return augment_batch(images, self.sizes[indices.cpu()], self.image.train_crop, self.image.crop_scale,
+                             self.image.flip, generator)
 
 
 #: A dataset a loader reads in either pipeline (``training.pipeline``: ``pil`` or ``decoded_uint8``).

@@ -6,32 +6,34 @@ Normalisation (mean/std, channel order, value range) belongs to the backbone
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from torchvision import transforms as T
 
+from dmlbench.settings import ImageSettings
 
-def training_transform(image: Mapping[str, Any]) -> T.Compose:
+
+def training_transform(image: ImageSettings) -> T.Compose:
     """Random resized crop (``image.train_crop`` px, area ``image.crop_scale``) + horizontal flip.
 
     Args:
-        image: the ``training.image`` params section.
+        image: the run's ``training.image`` settings.
     """
     steps: list[Any] = [
-        T.RandomResizedCrop(image["train_crop"], scale=tuple(image["crop_scale"]),
+        T.RandomResizedCrop(image.train_crop, scale=tuple(image.crop_scale),
                             interpolation=T.InterpolationMode.BILINEAR, antialias=True),
     ]
-    if image["flip"]:
+    if image.flip:
         steps.append(T.RandomHorizontalFlip())
     steps.append(T.ToTensor())
     return T.Compose(steps)
 
 
-def eval_transform(image: Mapping[str, Any]) -> T.Compose:
-    """Resize the shorter side to ``image.resize`` px, centre crop ``image.test_crop`` px."""
+def eval_transform(resize: int, test_crop: int) -> T.Compose:
+    """Resize the shorter side to ``resize`` px, centre crop ``test_crop`` px (``training.image.resize``,
+    ``training.image.test_crop``)."""
     return T.Compose([
-        T.Resize(image["resize"], interpolation=T.InterpolationMode.BILINEAR, antialias=True),
-        T.CenterCrop(image["test_crop"]),
+        T.Resize(resize, interpolation=T.InterpolationMode.BILINEAR, antialias=True),
+        T.CenterCrop(test_crop),
         T.ToTensor(),
     ])

@@ -9,7 +9,5 @@ point for the workflow.
 from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.evaluation.evaluate import Evaluation, evaluate_embeddings, evaluate_views, recall_at_k
 from dmlbench.evaluation.files import evaluate_file
-from dmlbench.evaluation.per_query import PER_QUERY_FILE
 
-__all__ = ["PER_QUERY_FILE", "Evaluation", "KMeansSettings", "evaluate_embeddings", "evaluate_file",
-           "evaluate_views", "recall_at_k"]
+__all__ = ["Evaluation", "KMeansSettings", "evaluate_embeddings", "evaluate_file", "evaluate_views", "recall_at_k"]

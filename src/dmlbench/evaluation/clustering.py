@@ -10,46 +10,13 @@ import numpy as np
 
 from dmlbench.evaluation.retrieval import Neighbours
 from dmlbench.evaluation.timing import phase
-
-_FAISS_MAX_SEED = 2**31 - 1
+from dmlbench.settings import KMeansSettings
 
 PRUNED_LLOYD_MIN_WORK = 10**10
 """Smallest N·K·d (multiply-adds of one Lloyd iteration) for which the NMI's K-means runs
 :func:`dmlbench.evaluation.kmeans.lloyd` instead of faiss (:func:`kmeans_fit_for_nmi`). Below it a
 faiss K-means takes about a second or less (CUB: 5,924 × 100 × 512 = 3·10⁸; the synthetic dataset
 smaller still); In-Shop (5·10¹⁰) and SOP (4·10¹¹) are above."""
-
-
-@dataclass(frozen=True)
-class KMeansSettings:
-    """Settings of the faiss K-means run behind NMI; recorded in the metrics.
-
-    Attributes:
-        seed: faiss clustering seed (initial centroids, empty-cluster splits), in [0, 2**31).
-        niter: the ceiling of Lloyd iterations per run, ≥ 1. faiss stops a run earlier once its
-            objective no longer changes (a fixed point, which further iterations would not leave);
-            the iterations actually run are recorded as ``kmeans_iterations``. Measured: 12–13 at
-            SOP size (11,316 clusters), 25–28 on CUB-sized embeddings (``benchmarks/bench_evaluate.py``),
-            so 100 is a ceiling that real runs do not reach and costs nothing when they converge.
-        nredo: independent runs; the one with the lowest objective is kept, ≥ 1.
-    """
-
-    seed: int = 0
-    niter: int = 100
-    nredo: int = 1
-
-    def __post_init__(self) -> None:
-        for name, low, high in (("seed", 0, _FAISS_MAX_SEED), ("niter", 1, None), ("nredo", 1, None)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise TypeError(f"KMeansSettings.{name} must be an int, got {value!r}")
-            if value < low or (high is not None and value > high):
-                bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
-                raise ValueError(f"KMeansSettings.{name} must be {bound}, got {value}")
-
-    def as_metrics(self) -> dict[str, float]:
-        """The settings as numeric metric entries (``kmeans_seed``, ``kmeans_niter``, ``kmeans_nredo``)."""
-        return {"kmeans_seed": float(self.seed), "kmeans_niter": float(self.niter), "kmeans_nredo": float(self.nredo)}
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,6 @@ import numpy as np
 
 from dmlbench.evaluation.retrieval import QueryResults, RetrievalTask
 
-PER_QUERY_FILE = "per_query.npz"
-
 #: A metrics.json key with a per-query decomposition: optional view prefix, then R@K, MAP@R or RP.
 #: ``learners_mean/`` is an average over learners of per-run numbers and has none, nor has ``test_selected/``
 #: (the best per-epoch test R@1 of the training log: :func:`dmlbench.training.trainer.paper_protocol_selection`).

@@ -33,6 +33,8 @@ where PML's versions differ (docs/losses.md).
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.util
 import inspect
 import re
 from collections.abc import Mapping
@@ -43,9 +45,12 @@ from torch import Tensor, nn
 
 from .checks import check_batch, check_labels_in_range
 
-__all__ = ["PML_PREFIX", "PMLLoss", "build_pml_loss", "is_pml_name", "pml_class_names"]
+__all__ = ["PML_INSTALL", "PML_PREFIX", "PMLLoss", "build_pml_loss", "is_pml_name", "pml_class_names", "pml_installed"]
 
 PML_PREFIX = "pml:"
+#: How to get pytorch-metric-learning back where it is missing: it is a dependency of dmlbench (the built-in
+#: ``margin`` and ``norm_softmax`` losses compute through it).
+PML_INSTALL = "pip install -e . (or pip install 'pytorch-metric-learning>=2.6,<3')"
 #: ``pml:`` followed by a Python identifier that starts with a letter (checked before any lookup).
 _NAME = re.compile(r"pml:([A-Za-z][A-Za-z0-9_]*)")
 
@@ -77,10 +82,13 @@ def is_pml_name(name: Any) -> bool:
     return isinstance(name, str) and name.startswith(PML_PREFIX)
 
 
+def pml_installed() -> bool:
+    """Whether pytorch-metric-learning can be imported (looked up, not imported)."""
+    return importlib.util.find_spec("pytorch_metric_learning") is not None
+
+
 def _classes(kind: str) -> dict[str, type]:
     """The usable classes of one kind: exported subclasses of its base class (the base itself excluded)."""
-    import importlib
-
     module_name, base_name, _ = _KINDS[kind]
     module = importlib.import_module(f"pytorch_metric_learning.{module_name}")
     base = getattr(module, base_name)
@@ -104,13 +112,16 @@ def _resolve(name: Any, kind: str, where: str) -> type:
     Raises:
         ValueError: a malformed name, or one that is not a usable class of this kind (closest names shown).
     """
-    from dmlbench.catalog import did_you_mean
+    from dmlbench.errors import did_you_mean
 
     what = _KINDS[kind][2]
     match = _NAME.fullmatch(name) if isinstance(name, str) else None
     if match is None:
         raise ValueError(f"{where} = {name!r}: a pytorch-metric-learning {what} is named 'pml:<ClassName>' "
                          f"(a letter, then letters, digits or underscores), e.g. 'pml:{_example(kind)}'")
+    if not pml_installed():
+        raise ValueError(f"{where} = {name!r}: a pytorch-metric-learning {what} needs the package "
+                         f"pytorch_metric_learning, which is not installed: {PML_INSTALL}")
     class_name = match.group(1)
     classes = _classes(kind)
     if class_name in classes:

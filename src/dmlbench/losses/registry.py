@@ -37,7 +37,7 @@ LOSS_CLASSES: Mapping[str, type[nn.Module]] = MappingProxyType(_LOSSES)
 
 def loss_name_error(name: Any) -> str:
     """The message for an unknown loss name: a suggestion, the built-in names and the ``pml:`` form."""
-    from dmlbench.catalog import did_you_mean
+    from dmlbench.errors import did_you_mean
 
     return (f"unknown loss name {name!r}{did_you_mean(str(name), LOSS_NAMES)}; allowed names: "
             f"{', '.join(LOSS_NAMES)}, or 'pml:<LossClass>' for a pytorch-metric-learning loss "

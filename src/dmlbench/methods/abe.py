@@ -174,13 +174,13 @@ class ABERecipe(Recipe):
     def __init__(self, run: Mapping[str, Any]):
         super().__init__(run)
         self.where = f"methods.{run.get('method', '?')}.options"
-        dim, learners = self.training["embedding_dim"], self.options.learners
+        dim, learners = self.settings.embedding_dim, self.options.learners
         if dim % learners:
             raise ValueError(
                 f"training.embedding_dim = {dim} is not divisible by {self.where}.learners = {learners}: "
                 f"each learner gets embedding_dim / learners dimensions"
             )
-        warmup, epochs = self.options.divergence_warmup_epochs, self.training["epochs"]
+        warmup, epochs = self.options.divergence_warmup_epochs, self.settings.epochs
         if warmup > 0 and warmup >= epochs:
             raise ValueError(f"{self.where}.divergence_warmup_epochs = {warmup} is not below training.epochs = "
                              f"{epochs}: λ_div would never reach divergence_weight = "
@@ -196,12 +196,12 @@ class ABERecipe(Recipe):
     def build_model(self) -> nn.Module:
         """:class:`AttentionEnsemble` or :class:`HeadsEnsemble` over ``training.backbone``."""
         o = self.options
-        backbone = build_backbone(self.training["backbone"])
-        freeze_bn = self.training["backbone"].get("freeze_bn", False)
+        backbone = build_backbone(self.settings.backbone.section)
+        freeze_bn = self.settings.backbone.freeze_bn
         for key in ("branch_after", "attention_until"):
             if getattr(o, key) not in backbone.stage_names:
                 raise ValueError(f"{self.where}.{key} = {getattr(o, key)!r} is not a stage of "
-                                 f"{self.training['backbone']['name']}: {list(backbone.stage_names)}")
+                                 f"{self.settings.backbone.name}: {list(backbone.stage_names)}")
         try:
             if o.architecture == "heads":
                 return HeadsEnsemble(backbone, o.learners, self.learner_dim, o.branch_after, freeze_bn)
@@ -229,7 +229,7 @@ class ABERecipe(Recipe):
             sampler = super().build_sampler(labels, generator)
         else:
             sampler = PairBatchSampler(labels, self.options.pair_anchors, generator,
-                                       num_batches=self.training["sampler"].get("batches_per_epoch"))
+                                       num_batches=self.settings.sampler.batches_per_epoch)
         self._batches_per_epoch = len(sampler)
         return sampler
 

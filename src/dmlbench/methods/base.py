@@ -1,7 +1,8 @@
 """A method is a recipe: model + loss + sampler + training hooks + test-time embedding.
 
 Recipes are named in ``methods.<name>.recipe``; everything they need comes from
-the resolved run (:func:`dmlbench.config.resolve_run`), their own settings from
+the resolved run (:func:`dmlbench.config.resolve_run`): its training settings parsed once
+(:attr:`Recipe.settings`, a :class:`~dmlbench.settings.TrainingSettings`), their own settings from
 ``methods.<name>.options`` (a dataclass, :attr:`Recipe.options_class`). The
 trainer, the embed step and the figures only talk to this interface, so a new
 method is a new recipe, not a new trainer.
@@ -40,7 +41,8 @@ from dmlbench.methods.options import parse_options
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.embedder import Embedder
 from dmlbench.models.heads import LinearEmbedding
-from dmlbench.training.embedding import compute_embeddings
+from dmlbench.settings import TrainingSettings, training_settings
+from dmlbench.models.embedding import compute_embeddings
 
 
 @dataclass
@@ -66,6 +68,9 @@ class Recipe:
     Args:
         run: the resolved run (``dataset_config``, ``method_config``, ``training``, ``seed``).
 
+    Attributes:
+        settings: the run's ``training`` section, parsed (the hooks read it, never ``run["training"]``).
+
     Subclasses set :attr:`options_class` to a frozen dataclass of their options
     (every field with a default) and override the hooks they need.
     """
@@ -78,7 +83,7 @@ class Recipe:
 
     def __init__(self, run: Mapping[str, Any]):
         self.run = run
-        self.training = run["training"]
+        self.settings: TrainingSettings = training_settings(run)
         self.method = run["method_config"]
         where = f"methods.{run.get('method', '?')}.options"
         if self.options_class is None:
@@ -91,13 +96,13 @@ class Recipe:
     # --- model, loss, batches -------------------------------------------------------------
     def build_model(self) -> nn.Module:
         """Backbone (``training.backbone``) + linear embedding of ``training.embedding_dim``."""
-        backbone = build_backbone(self.training["backbone"])
-        head = LinearEmbedding(backbone.out_channels["pool"], self.training["embedding_dim"])
-        return Embedder(backbone, head, freeze_bn=self.training["backbone"].get("freeze_bn", False))
+        backbone = build_backbone(self.settings.backbone.section)
+        head = LinearEmbedding(backbone.out_channels["pool"], self.settings.embedding_dim)
+        return Embedder(backbone, head, freeze_bn=self.settings.backbone.freeze_bn)
 
     def build_loss(self, num_classes: int) -> nn.Module:
         """The loss of ``methods.<name>.loss`` for ``num_classes`` training classes."""
-        return build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=self.training["embedding_dim"])
+        return build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=self.settings.embedding_dim)
 
     def build_sampler(self, labels: np.ndarray, generator: torch.Generator) -> Iterable[list[int]]:
         """Batches of training row indices; default P × K class-balanced from ``training.sampler``.
@@ -106,11 +111,9 @@ class Recipe:
             labels: (N_train,) labels 0..C-1 of the training rows.
             generator: the epoch's RNG; every draw must come from it (determinism).
         """
-        sampler = self.training["sampler"]
-        return ClassBalancedBatchSampler(
-            labels, sampler["classes_per_batch"], sampler["images_per_class"], generator,
-            num_batches=sampler.get("batches_per_epoch"),
-        )
+        sampler = self.settings.sampler
+        return ClassBalancedBatchSampler(labels, sampler.classes_per_batch, sampler.images_per_class, generator,
+                                         num_batches=sampler.batches_per_epoch)
 
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:

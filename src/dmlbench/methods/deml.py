@@ -215,12 +215,12 @@ class DeMLRecipe(Recipe):
                 embedding dimensions than learners (the message names the option).
         """
         o = self.options
-        config = self.training["backbone"]
-        backbones = [build_backbone(config) for _ in range(o.num_scales)]
+        backbone = self.settings.backbone
+        backbones = [build_backbone(backbone.section) for _ in range(o.num_scales)]
         try:
-            return DeMLNetwork(backbones, self.training["embedding_dim"], o.num_cams, o.cam_after, o.cam_hidden,
+            return DeMLNetwork(backbones, self.settings.embedding_dim, o.num_cams, o.cam_after, o.cam_hidden,
                                o.cam_pooled, o.oam_layers, o.oam_iterations, o.oam_variant,
-                               share_learners=o.share_learners, freeze_bn=config.get("freeze_bn", False),
+                               share_learners=o.share_learners, freeze_bn=backbone.freeze_bn,
                                cam_init=o.cam_init)
         except KeyError as err:
             raise ValueError(f"{self._where('cam_after / oam_layers')}: {err.args[0]}") from err
@@ -229,7 +229,7 @@ class DeMLRecipe(Recipe):
 
     def _learner_dim(self) -> int:
         o = self.options
-        return self.training["embedding_dim"] // (o.num_scales * max(o.num_cams, 1))
+        return self.settings.embedding_dim // (o.num_scales * max(o.num_cams, 1))
 
     def build_loss(self, num_classes: int) -> DeMLLoss:
         """:class:`DeMLLoss` around the metric loss of ``methods.<name>.loss`` (built for one learner)."""

@@ -277,7 +277,7 @@ class DIABLORecipe(Recipe):
     def __init__(self, run: Mapping[str, Any]):
         """Raises ValueError when ``training.embedding_dim`` is not divisible by the dictionary size."""
         super().__init__(run)
-        dim, entries = self.training["embedding_dim"], self.options.dictionary_size
+        dim, entries = self.settings.embedding_dim, self.options.dictionary_size
         if dim % entries:
             raise ValueError(f"training.embedding_dim = {dim} is not divisible by {self._where('dictionary_size')}"
                              f" = {entries}; choose N dividing it (each branch has d/N dimensions)")
@@ -296,13 +296,13 @@ class DIABLORecipe(Recipe):
             ValueError: a cut point that is unknown or out of order (the message names the option).
         """
         o = self.options
-        dim = self.training["embedding_dim"]
-        backbone = build_backbone(self.training["backbone"])
+        dim = self.settings.embedding_dim
+        backbone = build_backbone(self.settings.backbone.section)
         try:
             return DIABLO(backbone, selection=o.selection, placement=o.placement, num_entries=o.dictionary_size,
                           hardness=o.hardness, feature_stage=o.feature_stage, phi_until=o.phi_until,
                           psi_until=o.psi_until, embedding_dim=dim,
-                          freeze_bn=self.training["backbone"].get("freeze_bn", False), merge_scale=o.merge_scale,
+                          freeze_bn=self.settings.backbone.freeze_bn, merge_scale=o.merge_scale,
                           dictionary_init=o.dictionary_init, dictionary_lr_multiplier=o.dictionary_lr_multiplier)
         except (KeyError, ValueError) as err:
             raise ValueError(f"{self._where('feature_stage / phi_until / psi_until')}: {err}") from err
@@ -311,7 +311,7 @@ class DIABLORecipe(Recipe):
         """A ModuleList of N per-branch copies of the loss (``loss_on: branches``), or one loss on the
         concatenation (``loss_on: concatenation``)."""
         o = self.options
-        dim = self.training["embedding_dim"]
+        dim = self.settings.embedding_dim
         if o.loss_on == "concatenation":
             return build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=dim)
         branch_dim = dim // o.dictionary_size

@@ -111,8 +111,8 @@ from dmlbench.methods.health import HEALTH_PREFIX, HealthCheck
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.dnc import SplitLinearEmbedding, learner_slices
 from dmlbench.models.embedder import Embedder
-from dmlbench.training.embedding import compute_embeddings
-from dmlbench.training.seeding import derive_seed
+from dmlbench.models.embedding import compute_embeddings
+from dmlbench.seeding import derive_seed
 
 _FAISS_SEEDS = 2**31 - 1
 
@@ -255,7 +255,7 @@ class DivideAndConquerRecipe(Recipe):
     def __init__(self, run: Mapping[str, Any]):
         super().__init__(run)
         where = f"methods.{run.get('method', '?')}.options"
-        o, epochs, dim = self.options, self.training["epochs"], self.training["embedding_dim"]
+        o, epochs, dim = self.options, self.settings.epochs, self.settings.embedding_dim
         if o.finetune_epoch is not None and o.finetune_epoch > epochs:
             raise ValueError(f"{where}.finetune_epoch = {o.finetune_epoch} is after the last epoch "
                              f"(training.epochs = {epochs}); lower it or set null for no fine-tune phase")
@@ -290,14 +290,14 @@ class DivideAndConquerRecipe(Recipe):
     # --- model, loss ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
         """Backbone + :class:`SplitLinearEmbedding` with K learners (one for ``kmeans_no_split``)."""
-        backbone = build_backbone(self.training["backbone"])
-        head = SplitLinearEmbedding(backbone.out_channels["pool"], self.training["embedding_dim"], self.num_learners)
+        backbone = build_backbone(self.settings.backbone.section)
+        head = SplitLinearEmbedding(backbone.out_channels["pool"], self.settings.embedding_dim, self.num_learners)
         return Embedder(backbone, head, learner_slices=head.slices if self.num_learners > 1 else None,
-                        freeze_bn=self.training["backbone"].get("freeze_bn", False))
+                        freeze_bn=self.settings.backbone.freeze_bn)
 
     def build_loss(self, num_classes: int) -> nn.Module:
         """One copy of ``methods.<name>.loss`` per learner slice, plus one for d dims when K > 1."""
-        dim = self.training["embedding_dim"]
+        dim = self.settings.embedding_dim
         slices = learner_slices(dim, self.num_learners)
 
         def make(width: int) -> nn.Module:
@@ -402,10 +402,10 @@ class DivideAndConquerRecipe(Recipe):
         """P × K batches, each from one cluster of this epoch (:class:`ClusterBatchSampler`)."""
         if self.active is None or len(self.active) != len(labels):
             raise RuntimeError("recipe dnc: build_sampler before on_epoch_start grouped the training rows")
-        sampler = self.training["sampler"]
+        sampler = self.settings.sampler
         self.sampler = ClusterBatchSampler(
-            labels, self.active, sampler["classes_per_batch"], sampler["images_per_class"], generator,
-            num_batches=sampler.get("batches_per_epoch"), weighting=self.options.cluster_sampling,
+            labels, self.active, sampler.classes_per_batch, sampler.images_per_class, generator,
+            num_batches=sampler.batches_per_epoch, weighting=self.options.cluster_sampling,
         )
         return self.sampler
 

@@ -59,8 +59,8 @@ from dmlbench.methods.mpn_batches import (
 from dmlbench.methods.options import OptionsError, parse_options
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.mpn import MessagePassingNetwork, MPNEmbedder
-from dmlbench.training.embedding import compute_embeddings
-from dmlbench.training.model_stats import count_parameters
+from dmlbench.models.embedding import compute_embeddings
+from dmlbench.models.model_stats import count_parameters
 
 LOSS_NAME = "mpn_cross_entropy"
 
@@ -199,7 +199,7 @@ class MPNRecipe(Recipe):
         if self.options.test_embedding == "mpn" and self.loss_config.mpn_weight == 0:
             raise OptionsError(f"{where}: options.test_embedding is 'mpn' but loss.mpn_weight is 0, so the MPN "
                                "would never be trained; set loss.mpn_weight > 0 or test_embedding: backbone")
-        dim = self.training["embedding_dim"]
+        dim = self.settings.embedding_dim
         if self.uses_mpn and dim % self.options.heads:
             raise OptionsError(f"{where}.options.heads = {self.options.heads} must divide "
                                f"training.embedding_dim = {dim}")
@@ -214,19 +214,19 @@ class MPNRecipe(Recipe):
 
     # --- model, loss ----------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        backbone = build_backbone(self.training["backbone"])
-        dim = self.training["embedding_dim"]
+        backbone = build_backbone(self.settings.backbone.section)
+        dim = self.settings.embedding_dim
         opts = self.options
         mpn = (MessagePassingNetwork(dim, opts.steps, opts.heads, opts.attention_dropout, opts.dropout,
                                      opts.ff_multiplier, opts.attention_scale, opts.output_projection,
                                      opts.input_projection, opts.node_scale)
                if self.uses_mpn else None)
         self._mpn_parameters = count_parameters(mpn) if mpn is not None else 0
-        return MPNEmbedder(backbone, dim, mpn, freeze_bn=self.training["backbone"].get("freeze_bn", False),
+        return MPNEmbedder(backbone, dim, mpn, freeze_bn=self.settings.backbone.freeze_bn,
                            mpn_lr_multiplier=opts.mpn_lr_multiplier)
 
     def build_loss(self, num_classes: int) -> nn.Module:
-        return MPNCrossEntropyLoss(num_classes, self.training["embedding_dim"], self.loss_config)
+        return MPNCrossEntropyLoss(num_classes, self.settings.embedding_dim, self.loss_config)
 
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
@@ -282,12 +282,12 @@ class MPNRecipe(Recipe):
     # --- test time ------------------------------------------------------------------------
     def test_batches(self, embeddings: np.ndarray) -> list[GraphBatch]:
         """The test-time batch plan of ``options.test_batches`` over backbone embeddings (N, d)."""
-        opts, sampler = self.options, self.training["sampler"]
+        opts, sampler = self.options, self.settings.sampler
         rng = np.random.default_rng(opts.test_seed)
-        chunk = opts.test_chunk_size or sampler["images_per_class"]
-        per_batch = opts.test_chunks_per_batch or sampler["classes_per_batch"]
+        chunk = opts.test_chunk_size or sampler.images_per_class
+        per_batch = opts.test_chunks_per_batch or sampler.classes_per_batch
         if opts.test_batches == "reciprocal_knn":
-            size = opts.test_batch_size or sampler["classes_per_batch"] * sampler["images_per_class"]
+            size = opts.test_batch_size or sampler.classes_per_batch * sampler.images_per_class
             return reciprocal_knn_batches(embeddings, opts.rknn_k, opts.rknn_alpha, size)
         if opts.test_batches == "nearest_neighbours":
             return nearest_neighbour_batches(embeddings, chunk, per_batch, rng)

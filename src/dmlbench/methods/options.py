@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.settings import parse_dataclass
 
 T = TypeVar("T")
 
@@ -16,36 +15,11 @@ class OptionsError(DmlbenchError, ValueError):
     """``methods.<name>.options`` has an unknown key or a value of the wrong type."""
 
 
-def _matches(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` fits a simple annotation (int, float, bool, str, tuple/list, Literal, Optional)."""
-    origin = typing.get_origin(annotation)
-    if annotation is Any:
-        return True
-    if origin is typing.Literal:
-        return value in typing.get_args(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        return any(_matches(value, arg) for arg in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin in (tuple, list):
-        args = typing.get_args(annotation)
-        if not isinstance(value, list | tuple):
-            return False
-        item = args[0] if args else Any
-        return all(_matches(v, item) for v in value)
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(annotation, type):
-        return isinstance(value, annotation)
-    return True
-
-
 def parse_options(options_class: type[T], values: Mapping[str, Any] | None, where: str) -> T:
     """Build ``options_class`` (a dataclass whose fields all have defaults) from ``values``.
 
-    Lists become tuples (the dataclass stays hashable and immutable).
+    Lists become tuples (the dataclass stays hashable and immutable); the one parser of every typed section
+    (:func:`dmlbench.settings.parse_dataclass`).
 
     Args:
         options_class: the recipe's options dataclass.
@@ -55,6 +29,7 @@ def parse_options(options_class: type[T], values: Mapping[str, Any] | None, wher
     Raises:
         OptionsError: an unknown key (the message lists the known ones) or a wrong type.
 
+    >>> import dataclasses
     >>> @dataclasses.dataclass(frozen=True)
     ... class Demo:
     ...     learners: int = 8
@@ -64,20 +39,6 @@ def parse_options(options_class: type[T], values: Mapping[str, Any] | None, wher
     >>> parse_options(Demo, {"lerners": 4}, "methods.x.options")
     Traceback (most recent call last):
     ...
-    dmlbench.methods.options.OptionsError: methods.x.options.lerners is not an option of this recipe; known: learners, weight
+    dmlbench.methods.options.OptionsError: methods.x.options.lerners is not an option of this recipe (did you mean 'learners'?); known: learners, weight
     """
-    values = dict(values or {})
-    fields = {f.name: f for f in dataclasses.fields(options_class)}
-    hints = typing.get_type_hints(options_class)
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise OptionsError(f"{where}.{unknown[0]} is not an option of this recipe; known: {', '.join(fields)}")
-    for key, value in values.items():
-        if not _matches(value, hints[key]):
-            raise OptionsError(f"{where}.{key} = {value!r} does not have the expected type {hints[key]}")
-        if isinstance(value, list):
-            values[key] = tuple(value)
-    try:
-        return options_class(**values)
-    except (TypeError, ValueError) as err:
-        raise OptionsError(f"{where}: {err}") from err
+    return parse_dataclass(options_class, values, where, error=OptionsError, what="an option of this recipe")

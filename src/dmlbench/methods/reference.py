@@ -26,13 +26,13 @@ class ReferenceRecipe(Recipe):
 
     def __init__(self, run: Mapping[str, Any]):
         super().__init__(run)
-        if self.training["epochs"] != 0:
+        if self.settings.epochs != 0:
             raise ValueError(f"methods.{run.get('method', '?')}: recipe 'reference' trains nothing; set "
-                             f"training.epochs: 0 in that entry (got {self.training['epochs']})")
+                             f"training.epochs: 0 in that entry (got {self.settings.epochs})")
 
     def build_model(self) -> nn.Module:
         """The backbone (``training.backbone``) with BatchNorm in eval mode and the pooled features as embedding."""
-        backbone = build_backbone(self.training["backbone"])
+        backbone = build_backbone(self.settings.backbone.section)
         return Embedder(backbone, PooledFeatures(), freeze_bn=True)
 
     def build_loss(self, num_classes: int) -> nn.Module:

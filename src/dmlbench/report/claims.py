@@ -39,13 +39,15 @@ mechanism-health check (:mod:`.health`) carries a dagger: the comparison then sa
 mechanism.
 
 Outputs: ``claims.tex`` (booktabs), ``claims.md`` (+ its ``claims.html`` page) and ``claims.csv`` beside
-the tables.
+the tables, rendered by the tables' own helpers: the float and tabular of :mod:`.latex` with its escaping, the
+pipe table of :mod:`.markdown`, each side shown as a table cell (:func:`~.summary.styled_text`), the intervals'
+sentence of :func:`~.significance.interval_text` and the daggers' of :func:`~.health.dead_caption`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,20 +60,22 @@ from dmlbench.config import ConfigError, resolve_method, section
 from dmlbench.evaluation.per_query import DECOMPOSABLE
 
 from .collect import ReportInputError, RunDir, collect_runs
-from .health import dead_cells
+from .health import dead_caption, dead_cells
 from .html import write_html_page
-from .latex import DEAD_MARK, escape_latex, latex_from_plain
+from .latex import DEAD_MARK, booktabs_tabular, escape_latex, latex_from_plain, latex_row, plain_from_latex, table_float
+from .markdown import markdown_table
 from .metric_format import metric_format
 from .significance import (
     ALPHA,
     BOOTSTRAP_SAMPLES,
     BOOTSTRAP_SEED,
     bootstrap_means,
+    interval_text,
     percentile_interval,
     worse_p_value,
 )
-from .spec import TABLE_SUFFIXES
-from .summary import per_query_block
+from .spec import TABLE_SUFFIXES, TableSpec
+from .summary import MISSING, PLAIN_DEAD_MARK, per_query_block, seed_counts, styled_text
 
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
 #: The verdict of a claim that ``claims.skip`` leaves out.
@@ -173,7 +177,7 @@ def claim_runs(config: Mapping[str, Any], runs_dir: Path) -> list[RunDir]:
     """Every run the claims read (each once), in ``runs_dir/<dataset>/<method>/seed<k>``."""
     dataset, claims = claims_of(config)
     keys = sorted({(method, s) for c in claims if not c.skipped for method, _ in c.sides for s in c.seeds})
-    return [RunDir(dataset, m, s, runs_dir / dataset / m / f"seed{s}") for m, s in keys]
+    return [RunDir.of(dataset, m, s, runs_dir) for m, s in keys]
 
 
 def _reported(results: pd.DataFrame, method: str, metric: str, seeds: Sequence[int]) -> pd.DataFrame:
@@ -317,23 +321,23 @@ def evaluate_claims(claims: Sequence[Claim], results: pd.DataFrame, runs: Sequen
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
-def _side_text(row: Any, side: str) -> str:
-    """``mean ± half-width`` of one side (the number alone without an interval), † when dead."""
-    display = metric_format(row.higher_metric if side == "higher" else row.lower_metric)
-    mean, low, high = (getattr(row, f"{side}_{name}") for name in ("mean", "ci_low", "ci_high"))
-    if math.isnan(mean):
-        return "—"
-    text = display.text(mean) if math.isnan(low) else f"{display.text(mean)} ± {display.text((high - low) / 2)}"
-    return text + (" †" if getattr(row, f"{side}_dead") else "")
+def _side_cell(row: Any, side: str) -> pd.Series:
+    """One side of a claim as a table cell (the keys of :data:`~.summary.CELL_COLUMNS` that its text reads), never
+    bold: shown as the tables show theirs (:func:`~.summary.styled_text`)."""
+    return pd.Series({"metric": row.higher_metric if side == "higher" else row.lower_metric,
+                      **{name: getattr(row, f"{side}_{name}") for name in ("mean", "ci_low", "ci_high")},
+                      "bold": False, "dead": getattr(row, f"{side}_dead")})
 
 
 def _difference_text(row: Any) -> str:
+    """``d [low, high]`` in the higher side's display, ``(±margin)`` after an equivalence; :data:`~.summary.MISSING`
+    when not run."""
     if row.verdict == NOT_RUN:
-        return "—"
+        return MISSING
     display = metric_format(row.higher_metric)
     text = display.text(row.difference)
     if not math.isnan(row.difference_low):
-        text += f" [{display.text(row.difference_low)}, {display.text(row.difference_high)}]"
+        text += f" {display.interval(row.difference_low, row.difference_high)}"
     if row.kind == "≈":
         text += f" (±{display.text(row.margin)})"
     return text
@@ -347,57 +351,67 @@ def _verdict_text(row: Any) -> str:
     return row.verdict
 
 
-def _plain_rows(table: pd.DataFrame) -> list[list[str]]:
-    return [[row.paper, row.claim, row.reported or "—", _side_text(row, "higher"), _side_text(row, "lower"),
-             _difference_text(row), _verdict_text(row)]
+def _rows(table: pd.DataFrame, text: Callable[[str], str], dead_mark: str, plus_minus: str) -> list[list[str]]:
+    """The cells of each claim: its plain text through ``text`` (as is for Markdown,
+    :func:`~.latex.latex_from_plain` for LaTeX), the two sides as table cells with ``dead_mark`` and ``plus_minus``."""
+    return [[*map(text, [row.paper, row.claim, row.reported or MISSING]),
+             *(styled_text(_side_cell(row, side), dead_mark=dead_mark, plus_minus=plus_minus)
+               for side in ("higher", "lower")),
+             text(_difference_text(row)), text(_verdict_text(row))]
             for row in table.itertuples()]
 
 
-#: Symbols of the claims and the note → LaTeX (beside :func:`~.latex.latex_from_plain`'s).
-_SYMBOLS_LATEX = {"≈": "$\\approx$", "≤": "$\\leq$", "≥": "$\\geq$", "×": "$\\times$"}
-
 HEADER = ["Paper", "Claim", "Paper's numbers", "Ours: higher side", "Ours: lower side", "Difference [90 % CI]",
           "Verdict"]
-NOTE = (f"Ours: mean ± half-width of the 95 % interval of the paired seed × test-query bootstrap "
-        f"({BOOTSTRAP_SAMPLES} replicates, RNG seed {BOOTSTRAP_SEED}; keys without per-query values: seeds "
-        f"only), in percent for evaluation metrics; a lower side without an interval is a fixed reference. "
-        f"Difference: higher − lower side with its 90 % interval (same draws for both sides). Verdict: an order "
-        f"(>) is supported when fewer than {ALPHA} of the replicates have difference ≤ 0, contradicted when "
-        f"fewer than {ALPHA} have ≥ 0; an equivalence (≈, ±margin in parentheses) is supported when the 90 % "
-        f"interval lies inside ±margin, contradicted when it lies outside; otherwise inconclusive (always so "
-        f"with 1 seed and no per-query values). †: a run of that side failed its mechanism-health check "
-        f"(docs/methods).")
+#: The LaTeX column specification: the claim and the paper's numbers wrap.
+LATEX_COLUMNS = "lp{4.2cm}p{3.6cm}cccl"
+#: What the claims' caption adds to the intervals' sentence (:func:`~.significance.interval_text`).
+NOTE = (f"A lower side without an interval is a fixed reference. Difference: higher − lower side with its 90 % "
+        f"interval (the same draws of seeds and test queries for both sides). Verdict: an order (>) is supported when "
+        f"fewer than {ALPHA} of the replicates have difference ≤ 0, contradicted when fewer than {ALPHA} have ≥ 0; an "
+        f"equivalence (≈, ±margin in parentheses) is supported when the 90 % interval lies inside ±margin, "
+        f"contradicted when it lies outside; otherwise inconclusive (always so with 1 seed and no per-query values).")
 
 
-def table_note(skip_reason: str) -> str:
-    """:data:`NOTE`, with why the *not run* claims were left out when some were (``claims.skip_reason``)."""
-    return f"{NOTE} Not run: {skip_reason}" if skip_reason else NOTE
+def claims_caption(table: pd.DataFrame, dataset_label: str, dead_note: str = "", skip_reason: str = "") -> str:
+    """The claims table's LaTeX caption: the dataset, the intervals as the tables state them, how the difference and
+    the verdict are read, the daggers (``dead_note``, :func:`~.health.dead_caption`) and why claims were not run.
+
+    Args:
+        table: the claims (:func:`evaluate_claims`; its ``seeds`` say how the intervals count them).
+        dataset_label: the claims' dataset, plain text.
+        dead_note: LaTeX; empty when every side's mechanism engaged.
+        skip_reason: ``claims.skip_reason`` when claims were skipped, plain text.
+    """
+    return " ".join(filter(None, [
+        f"Claims of the papers, re-measured on {escape_latex(dataset_label)}.",
+        latex_from_plain(interval_text(seed_counts(table), "Ours")), latex_from_plain(NOTE), dead_note,
+        latex_from_plain(f"Not run: {skip_reason}") if skip_reason else "",
+    ]))
 
 
-def render_markdown(table: pd.DataFrame, dataset_label: str, skip_reason: str = "") -> str:
-    """The claims as a Markdown table with the explanatory note."""
-    lines = [f"# Claims of the papers, re-measured on {dataset_label}", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _plain_rows(table)]
-    return "\n".join([*lines, "", table_note(skip_reason), ""])
+def render_markdown(table: pd.DataFrame, caption: str) -> str:
+    """The claims as a Markdown table followed by ``caption`` (LaTeX, shown as plain text), as the tables' ``.md``."""
+    return markdown_table(HEADER, _rows(table, str, PLAIN_DEAD_MARK, "±"), plain_from_latex(caption))
 
 
-def render_latex(table: pd.DataFrame, dataset_label: str, skip_reason: str = "") -> str:
-    """The claims as one booktabs ``table*`` (long text cells wrap)."""
-    def tex(cell: str) -> str:
-        dead = cell.endswith(" †")
-        text = latex_from_plain(cell.removesuffix(" †"))
-        for plain, latex in _SYMBOLS_LATEX.items():
-            text = text.replace(plain, latex)
-        return text + (DEAD_MARK if dead else "")
+def render_latex(table: pd.DataFrame, caption: str) -> str:
+    """The claims as one booktabs ``table*`` in the tables' skeleton (:func:`~.latex.table_float`); long text cells
+    wrap."""
+    header = latex_row([latex_from_plain(cell) for cell in HEADER])
+    body = [latex_row(row) for row in _rows(table, latex_from_plain, DEAD_MARK, "$\\pm$")]
+    return table_float("table*", caption, "tab:claims", [booktabs_tabular(LATEX_COLUMNS, [header], body)])
 
-    body = [" & ".join(tex(cell) for cell in row) + " \\\\" for row in _plain_rows(table)]
-    caption = f"Claims of the papers, re-measured on {escape_latex(dataset_label)}. {tex(table_note(skip_reason))}"
-    return "\n".join([
-        "\\begin{table*}[tbp]", "\\centering", "\\small", f"\\caption{{{caption}}}", "\\label{tab:claims}",
-        "\\begin{tabular}{lp{4.2cm}p{3.6cm}cccl}", "\\toprule", " & ".join(tex(h) for h in HEADER) + " \\\\",
-        "\\midrule", *body, "\\bottomrule", "\\end{tabular}", "\\end{table*}", "",
-    ])
+
+def claims_spec(config: Mapping[str, Any]) -> TableSpec:
+    """The claims' dataset, the methods they read and the metrics they compare, with their labels (for the
+    daggers' caption, :func:`~.health.dead_caption`)."""
+    dataset, claims = claims_of(config)
+    methods = claim_methods(config)
+    return TableSpec(datasets=[dataset], methods=methods,
+                     metrics={dataset: sorted({metric for claim in claims for _, metric in claim.sides})},
+                     dataset_labels={dataset: config["datasets"][dataset].get("label", dataset)},
+                     method_labels={m: resolve_method(config, m).get("label", m) for m in methods})
 
 
 def claim_methods(config: Mapping[str, Any]) -> list[str]:
@@ -420,12 +434,13 @@ def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
     results = collect_runs(runs)
     failing = dead_cells(results, {(dataset, m): c for m, c in checks.items()})
     table = evaluate_claims(claims, results, runs, {method: True for _, method in failing})
-    label = config["datasets"][dataset].get("label", dataset)
+    spec = claims_spec(config)
     skip_reason = config["claims"].get("skip_reason", "") if any(claim.skipped for claim in claims) else ""
+    caption = claims_caption(table, spec.dataset_label(dataset), dead_caption(failing, spec), skip_reason)
     with atomic_outputs({suffix: out_dir / f"claims{suffix}" for suffix in TABLE_SUFFIXES}) as tmp:
         write_text_atomic(tmp[".csv"], table.to_csv(index=False, lineterminator="\n"))
-        markdown = render_markdown(table, label, skip_reason)
+        markdown = render_markdown(table, caption)
         write_text_atomic(tmp[".md"], markdown)
         write_html_page(tmp[".html"], markdown, title="claims")
-        write_text_atomic(tmp[".tex"], render_latex(table, label, skip_reason))
+        write_text_atomic(tmp[".tex"], render_latex(table, caption))
     return table

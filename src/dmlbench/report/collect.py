@@ -1,7 +1,7 @@
 """Load per-run results (``metrics.json``, ``log.csv``, ``per_query.npz``) into tidy DataFrames and arrays.
 
-A run is (dataset, method, seed) and lives in
-``results/runs/<dataset>/<method>/seed<k>/``. Every problem with an input file
+A run is (dataset, method, seed) and lives in its run folder,
+``results/runs/<dataset>/<method>/seed<k>/`` (:mod:`dmlbench.layout`). Every problem with an input file
 raises :class:`ReportInputError` naming that file.
 """
 
@@ -20,21 +20,18 @@ import pandas as pd
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation.files import NPZ_READ_ERRORS, repeated_members
 from dmlbench.evaluation.per_query import metric_values
-
-METRICS_FILE = "metrics.json"
-LOG_FILE = "log.csv"
+from dmlbench.layout import EMBEDDINGS_FILE, LOG_COLUMNS, LOG_FILE, METRICS_FILE, RUNS_DIR, run_dir, run_key
 
 #: Keys of metrics.json that are evaluation metrics, hence fractions in [0, 1].
 #: Everything else (``kmeans_seed``, ``num_queries``, ...) is bookkeeping: any finite number.
 METRIC_KEY = re.compile(r"^([a-z0-9_]+/)?(R@\d+|NMI|MAP@R|RP)$")
 
-LOG_REQUIRED_COLUMNS = ("epoch", "loss", "val_R@1", "lr", "seconds", "images_per_s")
-LOG_OPTIONAL_COLUMNS = ("test_R@1",)
+#: columns of :data:`~dmlbench.layout.LOG_COLUMNS` that a log may lack: test R@1 (computed on request) and the
+#: loader's share of the epoch (added after logs had been written).
+LOG_COLUMNS_MAY_LACK = ("test_R@1", "loader_wait_share")
+LOG_REQUIRED_COLUMNS = tuple(column for column in LOG_COLUMNS if column not in LOG_COLUMNS_MAY_LACK)
 
 RESULT_COLUMNS = ["dataset", "method", "seed", "metric", "value"]
-
-_SEED_DIR = re.compile(r"^seed(\d+)$")
-
 
 class ReportInputError(DmlbenchError, ValueError):
     """A run's metrics.json or log.csv is missing or malformed (the message names the file)."""
@@ -50,6 +47,11 @@ class RunDir:
     path: Path
 
     @classmethod
+    def of(cls, dataset: str, method: str, seed: int, runs_dir: Path = RUNS_DIR) -> RunDir:
+        """The run's folder under ``runs_dir`` (:func:`dmlbench.layout.run_dir`)."""
+        return cls(dataset, method, seed, run_dir(dataset, method, seed, runs_dir))
+
+    @classmethod
     def from_path(cls, path: str | Path) -> RunDir:
         """Parse ``.../<dataset>/<method>/seed<k>`` into a :class:`RunDir`.
 
@@ -57,10 +59,10 @@ class RunDir:
             ReportInputError: when the last component is not ``seed<k>``.
         """
         path = Path(path)
-        match = _SEED_DIR.match(path.name)
-        if match is None or len(path.parts) < 3:
+        key = run_key(path)
+        if key is None:
             raise ReportInputError(f"{path}: not a run directory (expected .../<dataset>/<method>/seed<k>)")
-        return cls(dataset=path.parent.parent.name, method=path.parent.name, seed=int(match.group(1)), path=path)
+        return cls(*key, path=path)
 
 
 def _unique(runs: Iterable[RunDir]) -> list[RunDir]:
@@ -131,7 +133,7 @@ def read_per_query(path: str | Path) -> dict[str, np.ndarray]:
     path = Path(path)
     run = path.parent
     rerun = (f"rerun the run's evaluate step: `snakemake {path}` or `dvc repro` (it is an output of the evaluate "
-             f"rule), or by hand `dmlbench evaluate {run / 'embeddings.npz'} --out {run / METRICS_FILE} "
+             f"rule), or by hand `dmlbench evaluate {run / EMBEDDINGS_FILE} --out {run / METRICS_FILE} "
              f"--dataset {run.parent.parent.name}`")
     if not path.is_file():
         raise ReportInputError(f"{path}: per-query results not found (the run was evaluated before evaluate "
@@ -167,8 +169,8 @@ def per_query_values(arrays: dict[str, np.ndarray], metric: str, path: str | Pat
 def read_log(path: str | Path) -> pd.DataFrame:
     """Read one per-epoch ``log.csv`` and validate it.
 
-    Required columns: ``epoch, loss, val_R@1, lr, seconds, images_per_s``; ``test_R@1`` is
-    optional; other columns are kept. All columns must be numeric (empty cells become NaN,
+    Required columns: :data:`LOG_REQUIRED_COLUMNS`; the others of :data:`~dmlbench.layout.LOG_COLUMNS` are
+    optional, and the recipe's own columns are kept. All columns must be numeric (empty cells become NaN,
     except in ``epoch``, which must be the integers 1, 2, ... in order).
 
     Raises:

@@ -69,12 +69,13 @@ def escape_latex(text: str) -> str:
     return _LATEX_SPECIAL_RE.sub(lambda match: _LATEX_SPECIAL[match.group()], text)
 
 
-#: Plain-text characters that captions and notes use → their LaTeX.
-_PLAIN_TO_LATEX = {"±": "$\\pm$", "α": "$\\alpha$", "†": "$\\dag$", "—": "---", "−": "$-$"}
+#: Plain-text characters that captions, notes and the claims' cells use → their LaTeX.
+_PLAIN_TO_LATEX = {"±": "$\\pm$", "α": "$\\alpha$", "†": "$\\dag$", "—": "---", "−": "$-$", "≈": "$\\approx$",
+                   "≤": "$\\leq$", "≥": "$\\geq$", "×": "$\\times$"}
 
 
 def latex_from_plain(text: str) -> str:
-    """Plain text (with ±, α, †, —, −) as LaTeX: special characters escaped, those symbols typeset.
+    """Plain text (with ±, α, †, —, −, ≈, ≤, ≥, ×) as LaTeX: special characters escaped, those symbols typeset.
 
     >>> latex_from_plain("61.0 ± 1.4 (α = 5 %)")
     '61.0 $\\\\pm$ 1.4 ($\\\\alpha$ = 5 \\\\%)'
@@ -164,6 +165,47 @@ def dataset_blocks(spec: TableSpec, limit: int = BLOCK_COLUMNS) -> list[list[str
     return blocks
 
 
+def latex_row(cells: Sequence[str]) -> str:
+    """One tabular row of LaTeX cells.
+
+    >>> print(latex_row(["a", "61.3"]))
+    a & 61.3 \\\\
+    """
+    return " & ".join(cells) + " \\\\"
+
+
+def booktabs_tabular(columns: str, header: Sequence[str], body: Sequence[str], lower: Sequence[str] = ()) -> list[str]:
+    """The lines of one booktabs tabular, shrunk to the line width only when wider than it (needs ``graphicx``).
+
+    Args:
+        columns: the column specification (``lcc``, ``lp{4cm}c``).
+        header: the header lines between ``\\toprule`` and ``\\midrule`` (rows of :func:`latex_row`, rules).
+        body: the rows.
+        lower: rows of a lower block under a second ``\\midrule`` (the papers' numbers); none: no block.
+    """
+    return ["\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%",
+            f"\\begin{{tabular}}{{{columns}}}", "\\toprule", *header, "\\midrule", *body,
+            *(["\\midrule", *lower] if lower else []), "\\bottomrule", "\\end{tabular}%", "}"]
+
+
+def table_float(environment: str, caption: str, label: str, tabulars: Sequence[Sequence[str]]) -> str:
+    """One float (``table`` or ``table*``) of the tabulars of :func:`booktabs_tabular`, stacked with a skip.
+
+    Args:
+        environment: ``table`` or ``table*`` (a float over both columns).
+        caption: LaTeX, inserted verbatim.
+        label: the ``\\label`` key (not escaped; e.g. ``tab:main``).
+        tabulars: the lines of each tabular.
+
+    Returns:
+        The LaTeX source, ending in a newline.
+    """
+    lines = [f"\\begin{{{environment}}}[tbp]", "\\centering", f"\\caption{{{caption}}}", f"\\label{{{label}}}"]
+    for number, tabular in enumerate(tabulars):
+        lines += [*(["\\par\\medskip"] if number else []), *tabular]
+    return "\n".join([*lines, f"\\end{{{environment}}}"]) + "\n"
+
+
 def render_comparison_table(
     cells: pd.DataFrame,
     spec: TableSpec,
@@ -203,18 +245,8 @@ def render_comparison_table(
             "compared."
         )
     widest = max(sum(len(spec.metrics[d]) for d in block) for block in blocks)
-    environment = "table*" if widest > WIDE_COLUMNS else "table"
-
-    def line(cells: Sequence[str]) -> str:
-        return " & ".join(cells) + " \\\\"
-
-    lines = [
-        f"\\begin{{{environment}}}[tbp]",
-        "\\centering",
-        f"\\caption{{{caption}}}",
-        f"\\label{{{label}}}",
-    ]
-    for number, block in enumerate(blocks):
+    tabulars = []
+    for block in blocks:
         shown = [i for i, (dataset, _) in enumerate(columns) if dataset in block]
         group_header = ["Method"]
         rules = []
@@ -225,27 +257,14 @@ def render_comparison_table(
             rules.append(f"\\cmidrule(lr){{{first}-{first + width - 1}}}")
             first += width
         metric_header = [""] + [escape_latex(metric_format(columns[i][1]).header) for i in shown]
-        body = [line([escape_latex(spec.method_label(m)), *(row[i] for i in shown)])
+        body = [latex_row([escape_latex(spec.method_label(m)), *(row[i] for i in shown)])
                 for m, row in zip(spec.methods, grid, strict=True)]
         references_shown = [[row.label, *(row.cells[i] for i in shown)] for row in reference_rows]
         references_shown = [row for row in references_shown if any(cell != MISSING for cell in row[1:])]
-        if number:
-            lines.append("\\par\\medskip")
-        lines += [
-            "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%",
-            f"\\begin{{tabular}}{{l{'c' * len(shown)}}}",
-            "\\toprule",
-            line(group_header),
-            " ".join(rules),
-            line(metric_header),
-            "\\midrule",
-            *body,
-        ]
-        if references_shown:
-            lines += ["\\midrule", *map(line, references_shown)]
-        lines += ["\\bottomrule", "\\end{tabular}%", "}"]
-    lines.append(f"\\end{{{environment}}}")
-    return "\n".join(lines) + "\n"
+        tabulars.append(booktabs_tabular(f"l{'c' * len(shown)}", [latex_row(group_header), " ".join(rules),
+                                                                  latex_row(metric_header)],
+                                         body, [latex_row(row) for row in references_shown]))
+    return table_float("table*" if widest > WIDE_COLUMNS else "table", caption, label, tabulars)
 
 
 def write_table(path: str | Path, text: str) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .collect import METRIC_KEY
@@ -27,6 +28,24 @@ class MetricFormat:
     def text(self, value: float) -> str:
         """``value`` scaled and rounded as displayed."""
         return f"{self.scale * value:.{self.decimals}f}"
+
+    def estimate(self, mean: float, low: float, high: float, plus_minus: str = "±") -> str:
+        """An estimate as every table shows it: ``mean ± half-width`` of its interval [``low``, ``high``] (stored
+        units), or the mean alone when ``low`` is NaN (no interval: one seed of a per-run number, a fixed value).
+
+        >>> metric_format("R@1").estimate(0.613, 0.609, 0.617), metric_format("R@1").estimate(0.5, math.nan, math.nan)
+        ('61.3 ± 0.4', '50.0')
+        """
+        text = self.text(mean)
+        return text if math.isnan(low) else f"{text} {plus_minus} {self.text((high - low) / 2)}"
+
+    def interval(self, low: float, high: float) -> str:
+        """The bounds of an interval (stored units) as displayed.
+
+        >>> metric_format("R@1").interval(-0.0123, 0.0456)
+        '[-1.2, 4.6]'
+        """
+        return f"[{self.text(low)}, {self.text(high)}]"
 
 
 #: Non-metric keys with a fixed display; any other key is shown as stored with 3 decimals.

@@ -109,7 +109,7 @@ def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_d
     settings = merge_settings(settings_by_run)
     settings["datasets"] = [spec.dataset_labels[d] for d in spec.datasets]
     runs = [
-        RunDir(d, m, s, runs_dir / d / m / f"seed{s}") for d in spec.datasets for m in spec.methods for s in seeds
+        RunDir.of(d, m, s, runs_dir) for d in spec.datasets for m in spec.methods for s in seeds
     ]
     return build_report(
         runs, spec, settings,

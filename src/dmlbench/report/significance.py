@@ -113,8 +113,32 @@ def worse_p_value(best: np.ndarray, other: np.ndarray) -> float:
     return float(np.mean(best - other <= 0.0))
 
 
+def interval_text(seed_counts: set[int], subject: str = "Cells") -> str:
+    """The plain-text sentence stating what ``subject`` (the cells, a claim's sides) show: mean ± half-width of the
+    bootstrap interval, and how the seeds count.
+
+    Args:
+        seed_counts: the numbers of seeds of the table's cells (or claims).
+        subject: what the sentence opens with.
+
+    >>> print(interval_text({3}, "Ours"))  # doctest: +NORMALIZE_WHITESPACE
+    Ours: mean ± half-width of the 95 % confidence interval (percentile bootstrap, 1000 replicates, RNG seed 0:
+    3 seeds resampled, then test queries within each seed; NMI and other per-run numbers: seeds only), in percent
+    for evaluation metrics.
+    """
+    if seed_counts == {1}:
+        how = "1 seed, so over test queries only; NMI and other per-run numbers: no interval with 1 seed"
+    else:
+        seeds = " or ".join(str(n) for n in sorted(seed_counts))
+        how = (f"{seeds} seeds resampled, then test queries within each seed; NMI and other per-run numbers: "
+               "seeds only" + ("; cells with 1 seed: queries only" if 1 in seed_counts else ""))
+    return (f"{subject}: mean ± half-width of the {100 * CONFIDENCE:.0f} % confidence interval (percentile bootstrap, "
+            f"{BOOTSTRAP_SAMPLES} replicates, RNG seed {BOOTSTRAP_SEED}: {how}), in percent for evaluation metrics.")
+
+
 def method_text(seed_counts: set[int], bold_name: str = "Bold") -> str:
-    """Plain-text sentences stating the interval, the test, α and how the seeds count (captions and notes).
+    """Plain-text sentences stating the interval (:func:`interval_text`), the test, α and how the seeds count
+    (captions and notes of the comparison tables).
 
     Args:
         seed_counts: the numbers of seeds of the table's cells.
@@ -126,13 +150,6 @@ def method_text(seed_counts: set[int], bold_name: str = "Bold") -> str:
     for evaluation metrics. Bold: not significantly worse than the column's best mean (one-sided paired
     bootstrap test on the same resampled seeds, matched by seed index, and queries, α = 0.05).
     """
-    if seed_counts == {1}:
-        how = "1 seed, so over test queries only; NMI and other per-run numbers: no interval with 1 seed"
-    else:
-        seeds = " or ".join(str(n) for n in sorted(seed_counts))
-        how = (f"{seeds} seeds resampled, then test queries within each seed; NMI and other per-run numbers: "
-               "seeds only" + ("; cells with 1 seed: queries only" if 1 in seed_counts else ""))
-    return (f"Cells: mean ± half-width of the {100 * CONFIDENCE:.0f} % confidence interval (percentile bootstrap, "
-            f"{BOOTSTRAP_SAMPLES} replicates, RNG seed {BOOTSTRAP_SEED}: {how}), in percent for evaluation metrics. "
+    return (f"{interval_text(seed_counts)} "
             f"{bold_name}: not significantly worse than the column's best mean (one-sided paired bootstrap test on the "
             f"same resampled seeds, matched by seed index, and queries, α = {ALPHA}).")

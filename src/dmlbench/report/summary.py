@@ -20,9 +20,11 @@ import numpy as np
 import pandas as pd
 
 from dmlbench.atomic import write_text_atomic
-from dmlbench.evaluation.per_query import DECOMPOSABLE, PER_QUERY_FILE
+from dmlbench.evaluation.per_query import DECOMPOSABLE
+from dmlbench.layout import METRICS_FILE, PER_QUERY_FILE
 
-from .collect import METRICS_FILE, ReportInputError, RunDir, per_query_values, read_per_query
+from .collect import ReportInputError, RunDir, per_query_values, read_per_query
+from .markdown import markdown_table
 from .metric_format import metric_format
 from .significance import ALPHA, BOOTSTRAP_SAMPLES, bootstrap_means, method_text, percentile_interval, worse_p_value
 from .spec import TableSpec
@@ -34,6 +36,8 @@ from .spec import TableSpec
 CELL_COLUMNS = ["dataset", "dataset_label", "method", "method_label", "metric", "mean", "ci_low", "ci_high",
                 "seeds", "queries", "p_worse", "bold", "dead"]
 MISSING = "--"
+#: After a plain-text (Markdown, console) cell whose mechanism did not engage; LaTeX: :data:`.latex.DEAD_MARK`.
+PLAIN_DEAD_MARK = " †"
 #: Tolerance between a metrics.json value and the mean of its per-query values.
 AGREEMENT_TOLERANCE = 1e-9
 
@@ -177,11 +181,8 @@ def cell_text(cell: pd.Series, plus_minus: str = "±") -> str:
     an interval)."""
     if pd.isna(cell["mean"]):
         return MISSING
-    display = metric_format(cell["metric"])
-    text = display.text(cell["mean"])
-    if pd.isna(cell["ci_low"]):
-        return text
-    return f"{text} {plus_minus} {display.text((cell['ci_high'] - cell['ci_low']) / 2)}"
+    return metric_format(cell["metric"]).estimate(float(cell["mean"]), float(cell["ci_low"]), float(cell["ci_high"]),
+                                                  plus_minus)
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,9 @@ def styled_text(cell: pd.Series, bold: tuple[str, str] = ("", ""), dead_mark: st
     return text + (dead_mark if cell["dead"] else "")
 
 
-def _seed_counts(cells: pd.DataFrame) -> set[int]:
+def seed_counts(cells: pd.DataFrame) -> set[int]:
+    """The numbers of seeds of the rows of ``cells`` (column ``seeds``; rows of 0 seeds, nothing measured, left out),
+    for :func:`~.significance.method_text`; {1} when none was measured."""
     counts = {int(n) for n in cells["seeds"] if n > 0}
     return counts or {1}
 
@@ -233,13 +236,14 @@ def render_text(cells: pd.DataFrame) -> str:
     """The table as aligned plain text for a console: ``*`` marks bold cells, ``†`` a dead mechanism."""
     layout = Layout.of(cells)
     header = ["Method", *layout.headers()]
-    body = [[layout.labels[m], *(styled_text(c, ("", "*"), " †") for c in layout.row(m))] for m in layout.methods]
+    body = [[layout.labels[m], *(styled_text(c, ("", "*"), PLAIN_DEAD_MARK) for c in layout.row(m))]
+            for m in layout.methods]
     widths = [max(len(line[j]) for line in [header, *body]) for j in range(len(header))]
 
     def line(cells_: Sequence[str]) -> str:
         return "  ".join([cells_[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(cells_[1:], widths[1:]))])
 
-    notes = [method_text(_seed_counts(cells), bold_name="*")]
+    notes = [method_text(seed_counts(cells), bold_name="*")]
     if cells["dead"].any():
         notes.append("†: the method's mechanism did not engage (see the .tex caption).")
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *map(line, body), "", *notes]) + "\n"
@@ -248,14 +252,9 @@ def render_text(cells: pd.DataFrame) -> str:
 def render_markdown(cells: pd.DataFrame, caption: str) -> str:
     """The table as Markdown (bold cells in ``**``), followed by ``caption`` (plain text)."""
     layout = Layout.of(cells)
-    header = ["Method", *layout.headers()]
-
-    def line(cells_: Sequence[str]) -> str:
-        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells_) + " |"
-
-    body = [line([layout.labels[m], *(styled_text(c, ("**", "**"), " †") for c in layout.row(m))])
+    body = [[layout.labels[m], *(styled_text(c, ("**", "**"), PLAIN_DEAD_MARK) for c in layout.row(m))]
             for m in layout.methods]
-    return "\n".join([line(header), "|" + "---|" * len(header), *body, "", caption, ""])
+    return markdown_table(["Method", *layout.headers()], body, caption)
 
 
 def write_cells_csv(path: str | Path, cells: pd.DataFrame) -> Path:

@@ -17,6 +17,7 @@ from dmlbench.data.manifest import ManifestError, contiguous_labels, read_manife
 from dmlbench.data.splits import cap_images_per_class, carve_validation
 from dmlbench.data.stored_dataset import ImageSet, StoredImageDataset
 from dmlbench.data.transforms import eval_transform, training_transform
+from dmlbench.settings import TrainingSettings, training_settings
 
 EVAL_SPLITS = ("test", "query", "gallery")
 
@@ -59,22 +60,22 @@ def manifest_boxes(rows: pd.DataFrame) -> np.ndarray | None:
     return np.array(boxes, dtype=np.float64).reshape(-1, 4)
 
 
-def split_seed(run: Mapping[str, Any]) -> int:
-    """Seed of the class-disjoint validation split: ``training.val_split_seed``, or the run's seed
+def split_seed(val_split_seed: int | str, seed: int) -> int:
+    """Seed of the class-disjoint validation split: ``training.val_split_seed``, or the run's ``seed``
     when it is the string ``seed`` (one random class split per run, as DIABLO's §4.2 protocol:
     a table's mean ± std over seeds is then a mean ± std over splits).
 
-    >>> split_seed({"seed": 3, "training": {"val_split_seed": "seed"}}), split_seed({"seed": 3, "training": {"val_split_seed": 0}})
+    >>> split_seed("seed", 3), split_seed(0, 3)
     (3, 0)
     """
-    value = run["training"]["val_split_seed"]
-    return int(run["seed"]) if value == "seed" else int(value)
+    return int(seed) if val_split_seed == "seed" else int(val_split_seed)
 
 
-def evaluation_rows(frame: pd.DataFrame, training: Mapping[str, Any]) -> pd.DataFrame:
+def evaluation_rows(frame: pd.DataFrame, images_per_class: int | None) -> pd.DataFrame:
     """The manifest rows a run embeds for its test metrics, in embedding order: the evaluation
-    splits, the first ``training.eval_images_per_class`` images of each class when it is set."""
-    return cap_images_per_class(select_splits(frame, EVAL_SPLITS), training.get("eval_images_per_class"))
+    splits, the first ``images_per_class`` (``training.eval_images_per_class``) images of each class
+    when it is set."""
+    return cap_images_per_class(select_splits(frame, EVAL_SPLITS), images_per_class)
 
 
 def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
@@ -86,35 +87,35 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     ``training.eval_images_per_class`` (None: all) keeps the first N images of each validation
     and test class (:func:`~dmlbench.data.splits.cap_images_per_class`): a short configuration's
     cheaper evaluation, the same classes for every run."""
-    training = run["training"]
+    settings = training_settings(run)
     frame = read_manifest(manifest_path)
-    frame = carve_validation(frame, training["val_fraction"], seed=split_seed(run))
+    frame = carve_validation(frame, settings.val_fraction, seed=split_seed(settings.val_split_seed, run["seed"]))
     train_rows = select_splits(frame, ["train"])
     if train_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'train' rows")
-    val_rows = cap_images_per_class(select_splits(frame, ["val"]), training.get("eval_images_per_class"))
-    test_rows = evaluation_rows(frame, training)
+    val_rows = cap_images_per_class(select_splits(frame, ["val"]), settings.eval_images_per_class)
+    test_rows = evaluation_rows(frame, settings.eval_images_per_class)
     if test_rows.empty:
         raise ManifestError(f"{manifest_path}: no 'test' (or 'query'/'gallery') rows")
-    return build_run_data(train_rows, val_rows, test_rows, training, frame["path"].tolist())
+    return build_run_data(train_rows, val_rows, test_rows, settings, frame["path"].tolist())
 
 
 def build_run_data(train_rows: pd.DataFrame, val_rows: pd.DataFrame, test_rows: pd.DataFrame,
-                   training: Mapping[str, Any], store_paths: list[str]) -> RunData:
+                   settings: TrainingSettings, store_paths: list[str]) -> RunData:
     """The datasets of a run from its rows (manifest rows with absolute ``path``; ``val_rows`` may be empty),
     for ``training.pipeline``. Only the rows' images are read, and with ``decoded_uint8`` those of
     ``store_paths``, the files of its image store (a superset of the rows' paths; a store is keyed by its
     list of files)."""
     train_labels, classes = contiguous_labels(train_rows["label"].to_numpy())
-    image = training["image"]
-    store = (open_store(store_paths, image["resize"], workers=training["num_workers"])
-             if training["pipeline"] == "decoded_uint8" else None)
+    image = settings.image
+    store = (open_store(store_paths, image.resize, workers=settings.num_workers)
+             if settings.pipeline == "decoded_uint8" else None)
 
     def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:
         if store is not None:
             return StoredImageDataset(store, rows["path"].tolist(), labels, image, train)
-        transform = training_transform(image) if train else eval_transform(image)
-        return ImageDataset(rows["path"].tolist(), labels, transform, training["cache_images"] and read_every_epoch)
+        transform = training_transform(image) if train else eval_transform(image.resize, image.test_crop)
+        return ImageDataset(rows["path"].tolist(), labels, transform, settings.cache_images and read_every_epoch)
     return RunData(
         train=dataset(train_rows, train_labels, train=True),
         num_classes=len(classes),

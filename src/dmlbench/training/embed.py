@@ -9,20 +9,21 @@ from typing import Any
 import numpy as np
 
 from dmlbench.atomic import write_npz_atomic
-from dmlbench.config import ConfigError, training_differences
+from dmlbench.config import ConfigError
 from dmlbench.methods import build_recipe
+from dmlbench.methods.checkpoint_reuse import training_differences
 from dmlbench.placement import claim_device, gpu_index
 from dmlbench.training.checkpoint import CheckpointError, check_manifest, load_checkpoint
 from dmlbench.training.data import load_run_data
-from dmlbench.training.model_stats import count_parameters, forward_gflops
-from dmlbench.training.seeding import configure_determinism, ran_deterministically
+from dmlbench.models.model_stats import count_parameters, forward_gflops
+from dmlbench.seeding import configure_determinism, ran_deterministically
 from dmlbench.training.trainer import place_model, resolve_device
 
 
 def reuse_differences(trained: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     """Keys where ``run`` would train differently from the run a checkpoint was trained as (both
     :func:`~dmlbench.config.resolve_run` dicts): its dataset, seed, method section or training settings,
-    apart from names and the recipe's test-time options (:func:`~dmlbench.config.training_differences`)."""
+    apart from names and the recipe's test-time options (:func:`~dmlbench.methods.checkpoint_reuse.training_differences`)."""
     def trained_as(r: Mapping[str, Any]) -> dict[str, Any]:
         return {**r["method_config"], "training": r["training"]}
 
@@ -70,12 +71,12 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     check_manifest(checkpoint, checkpoint_path, manifest_path, retry="embed it",
                    restart=f"train the run again on {manifest_path}")
     data = load_run_data(run, manifest_path)
-    with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
+    settings = recipe.settings
+    with claim_device(settings.device) as name:  # its own GPU slot when several GPUs are shared
         device = resolve_device(name)
-        configure_determinism(run["training"]["deterministic"], device)
-        model = place_model(model, run["training"], device)
-        embeddings = recipe.embed(model, data.test, run["training"]["eval_batch_size"], device,
-                                  run["training"]["num_workers"])
+        configure_determinism(settings.deterministic, device)
+        model = place_model(model, settings.channels_last, device)
+        embeddings = recipe.embed(model, data.test, settings.eval_batch_size, device, settings.num_workers)
     arrays: dict[str, np.ndarray] = {"embeddings": embeddings, "labels": data.test.labels}
     if set(data.test_split) != {"test"}:
         arrays["split"] = data.test_split.astype(str)
@@ -87,8 +88,8 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
         arrays["view_slices"] = np.asarray(list(views.values()), dtype=np.int64)
     trained_on = checkpoint.get("device", "cpu")
     stats = {"num_parameters": float(count_parameters(model)),
-             "gflops": forward_gflops(model, run["training"]["image"]["test_crop"]),
-             "deterministic": float(ran_deterministically(checkpoint["run"]["training"], trained_on)
+             "gflops": forward_gflops(model, settings.image.test_crop),
+             "deterministic": float(ran_deterministically(settings.deterministic, trained_on)
                                     and not checkpoint.get("nondeterministic_ops")),
              "training_gpu": float(gpu_index(trained_on)),
              **checkpoint.get("summary", {})}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
+
+from dmlbench.settings import OptimizerSettings, ScheduleSettings
 
 OPTIMIZERS = {
     "sgd": torch.optim.SGD,
@@ -54,7 +55,7 @@ def multiplier_groups(owner: nn.Module, parent: dict[str, Any]) -> list[dict[str
     return groups
 
 
-def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Module) -> list[dict[str, Any]]:
+def parameter_groups(settings: OptimizerSettings, model: nn.Module, loss: nn.Module) -> list[dict[str, Any]]:
     """Three groups with their own learning rates: the backbone (``lr``), every other parameter
     of the model, such as embedding heads and attention modules (``lr × head_lr_multiplier``),
     and loss parameters such as proxies (``lr × loss_lr_multiplier``).
@@ -67,13 +68,13 @@ def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Modul
     group into groups of their own with a multiple of that group's lr (:func:`multiplier_groups`).
     Frozen parameters are left out; empty groups are dropped.
     """
-    lr = config["lr"]
+    lr = settings.lr
     copies = model.backbone_copies() if hasattr(model, "backbone_copies") else []
     backbone = [p for module in (model.backbone, *copies) for p in module.parameters()]
     backbone_ids = {id(p) for p in backbone}
-    head = {"name": "head", "lr": lr * config.get("head_lr_multiplier", 1.0),
+    head = {"name": "head", "lr": lr * settings.head_lr_multiplier,
             "params": [p for p in model.parameters() if id(p) not in backbone_ids and p.requires_grad]}
-    loss_group = {"name": "loss", "lr": lr * config.get("loss_lr_multiplier", 1.0),
+    loss_group = {"name": "loss", "lr": lr * settings.loss_lr_multiplier,
                   "params": [p for p in loss.parameters() if p.requires_grad]}
     groups = [
         {"name": "backbone", "params": [p for p in backbone if p.requires_grad], "lr": lr},
@@ -88,9 +89,9 @@ def parameter_groups(config: Mapping[str, Any], model: nn.Module, loss: nn.Modul
 DECOUPLABLE = ("adam", "radam")
 
 
-def weight_decay_kwargs(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    """The weight-decay arguments of optimiser ``name`` from ``weight_decay`` (λ ≥ 0, default 0) and
-    ``decoupled_weight_decay`` (optional bool).
+def weight_decay_kwargs(settings: OptimizerSettings) -> dict[str, Any]:
+    """The weight-decay arguments of the optimiser ``settings.name`` from ``weight_decay`` (λ ≥ 0) and
+    ``decoupled_weight_decay`` (None: the optimiser's own).
 
     Coupled decay adds λw to the gradient, so an adaptive optimiser (Adam, RAdam) divides it by the
     gradient's running RMS: where the loss gradient is small the decay step approaches lr·sign(w), far
@@ -104,8 +105,8 @@ def weight_decay_kwargs(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
         ValueError: ``adamw`` with ``decoupled_weight_decay: false`` (AdamW is always decoupled; use
             ``adam``), or ``sgd`` with ``true`` (torch's SGD only has coupled decay).
     """
-    kwargs: dict[str, Any] = {"weight_decay": config.get("weight_decay", 0.0)}
-    decoupled = config.get("decoupled_weight_decay")
+    name, decoupled = settings.name, settings.decoupled_weight_decay
+    kwargs: dict[str, Any] = {"weight_decay": settings.weight_decay}
     if decoupled is None:
         return kwargs
     if name in DECOUPLABLE:
@@ -116,32 +117,36 @@ def weight_decay_kwargs(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
     raise ValueError(f"training.optimizer: {name} does not take decoupled_weight_decay: {decoupled} ({hint})")
 
 
-def build_optimizer(config: Mapping[str, Any], model: nn.Module, loss: nn.Module) -> torch.optim.Optimizer:
+def build_optimizer(settings: OptimizerSettings, model: nn.Module, loss: nn.Module) -> torch.optim.Optimizer:
     """``training.optimizer``: ``name`` (sgd, adam, adamw, radam), ``lr``, ``weight_decay``,
     optional ``decoupled_weight_decay`` (:func:`weight_decay_kwargs`), ``momentum`` (sgd),
     ``head_lr_multiplier``, ``loss_lr_multiplier``."""
-    name = config["name"]
+    name = settings.name
     if name not in OPTIMIZERS:
         raise ValueError(f"training.optimizer.name = {name!r} is unknown; known: {sorted(OPTIMIZERS)}")
-    kwargs: dict[str, Any] = {"lr": config["lr"], **weight_decay_kwargs(name, config)}
+    kwargs: dict[str, Any] = {"lr": settings.lr, **weight_decay_kwargs(settings)}
     if name == "sgd":
-        kwargs["momentum"] = config.get("momentum", 0.9)
-    groups = parameter_groups(config, model, loss)
+        kwargs["momentum"] = settings.momentum
+    groups = parameter_groups(settings, model, loss)
     if name in FUSED_ON_CUDA and all(p.is_cuda for group in groups for p in group["params"]):
         kwargs["fused"] = True
     return OPTIMIZERS[name](groups, **kwargs)
 
 
-def build_scheduler(config: Mapping[str, Any], optimizer: torch.optim.Optimizer, epochs: int) -> torch.optim.lr_scheduler.LRScheduler:
+def build_scheduler(settings: ScheduleSettings, optimizer: torch.optim.Optimizer,
+                    epochs: int) -> torch.optim.lr_scheduler.LRScheduler:
     """``training.schedule``, stepped once per epoch: ``constant``; ``step`` (``milestones`` in
     epochs, ``gamma``); ``cosine`` (to ``min_lr_fraction`` × lr over ``epochs``)."""
-    name = config["name"]
+    name = settings.name
     if name == "constant":
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     if name == "step":
-        return torch.optim.lr_scheduler.MultiStepLR(optimizer, config["milestones"], gamma=config.get("gamma", 0.1))
+        if not settings.milestones:
+            raise ValueError("training.schedule.name = 'step' needs training.schedule.milestones, the epochs after "
+                             "which the lr is multiplied by gamma")
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, list(settings.milestones), gamma=settings.gamma)
     if name == "cosine":
-        floor = config.get("min_lr_fraction", 0.0)
+        floor = settings.min_lr_fraction
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda e: floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * e / max(epochs, 1)))
         )

@@ -25,7 +25,9 @@ import torch
 from dmlbench.atomic import atomic_output
 from dmlbench.config import ConfigError, resolve_run
 from dmlbench.data.synthetic import PRETRAIN_MANIFEST_FILE
-from dmlbench.models.backbones.weights import pretrained_path, sha256_of, sha256_sidecar
+from dmlbench.layout import CHECKPOINT_FILE, pretrained_path, pretraining_run_dir
+from dmlbench.models.backbones.weights import sha256_of, sha256_sidecar
+from dmlbench.settings import training_settings
 from dmlbench.training.checkpoint import atomic_torch_save, load_checkpoint
 from dmlbench.training.trainer import train_run
 
@@ -45,7 +47,7 @@ def pretraining_run(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
         raise ConfigError(f"params: pretraining.{dataset} is not set (pretraining stages: {known}); add "
                           f"`pretraining: {{{dataset}: {{method: ..., seed: 0}}}}`")
     run = resolve_run(config, dataset, section["method"], int(section["seed"]))
-    if run["training"]["backbone"].get("pretrained"):
+    if training_settings(run).backbone.pretrained:
         raise ConfigError(f"params: methods.{section['method']} (pretraining.{dataset}.method) must train its "
                           f"backbone from scratch: set training.backbone.pretrained: null in that entry")
     return run
@@ -81,14 +83,14 @@ def pretrain_backbone(config: Mapping[str, Any], dataset: str, prepared_dir: str
     if not manifest.is_file():
         raise ConfigError(f"{manifest}: not found; the pretraining stage needs the dataset's pretraining classes: "
                           f"set datasets.{dataset}.pretrain_classes (e.g. 100) and prepare it again")
-    weights = pretrained_path(dataset, run["training"]["backbone"]["name"])
+    weights = pretrained_path(dataset, training_settings(run).backbone.name)
     if out_root is not None:
         weights = Path(out_root) / weights.name
-    run_dir = weights.with_name(f"{weights.stem}_run")
+    run_dir = pretraining_run_dir(weights)
     sidecar = sha256_sidecar(weights)
     sidecar.unlink(missing_ok=True)
     train_run(run, manifest, run_dir, scratch_dir or Path(".scratch") / run_dir, progress=progress)
-    atomic_torch_save(backbone_state(load_checkpoint(run_dir / "checkpoint.pt")["model"]), weights)
+    atomic_torch_save(backbone_state(load_checkpoint(run_dir / CHECKPOINT_FILE)["model"]), weights)
     with atomic_output(sidecar) as tmp:
         Path(tmp).write_text(sha256_of(weights) + "\n")
     return weights

@@ -17,6 +17,7 @@ Model selection (``training.selection``):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -32,9 +33,10 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from dmlbench.atomic import write_text_atomic
-from dmlbench.config import ConfigError
+from dmlbench.config import ConfigError, run_yaml_text
 from dmlbench.errors import DmlbenchError
 from dmlbench.evaluation import recall_at_k
+from dmlbench.layout import LOG_COLUMNS, RUN_FILE
 from dmlbench.methods import Recipe, TrainContext, build_recipe
 from dmlbench.methods.health import (
     INIT_GAP_KEY,
@@ -44,9 +46,11 @@ from dmlbench.methods.health import (
     INIT_VAL_R1_KEY,
 )
 from dmlbench.models.backbones import build_backbone
+from dmlbench.models.embedding import compute_embeddings
 from dmlbench.models.heads import LinearEmbedding
 from dmlbench.placement import claim_device
-from dmlbench.provenance import RUN_FILE, run_yaml_text
+from dmlbench.seeding import configure_determinism, derive_seed, seed_everything
+from dmlbench.settings import TrainingSettings, training_settings
 from dmlbench.training.checkpoint import (
     RESUME_CHECKPOINT_KEYS,
     atomic_torch_save,
@@ -56,15 +60,11 @@ from dmlbench.training.checkpoint import (
     manifest_entries,
 )
 from dmlbench.training.data import RunData, load_run_data
-from dmlbench.training.embedding import compute_embeddings
 from dmlbench.training.kernel_warnings import KernelWarnings
 from dmlbench.training.optim import build_optimizer, build_scheduler
-from dmlbench.training.seeding import configure_determinism, derive_seed, seed_everything
 
 #: Seeded linear heads whose mean validation R@1 is the init-parity reference (:meth:`Trainer.measure_init_parity`).
 INIT_PARITY_HEAD_DRAWS = 8
-
-LOG_COLUMNS = ("epoch", "loss", "val_R@1", "test_R@1", "lr", "seconds", "images_per_s", "loader_wait_share")
 
 
 class WaitClock:
@@ -213,8 +213,9 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-def place_model(model: nn.Module, training: Mapping[str, Any], device: torch.device) -> nn.Module:
-    """``model`` on ``device``, in the channels-last memory format when ``training.channels_last`` is true.
+def place_model(model: nn.Module, channels_last: bool, device: torch.device) -> nn.Module:
+    """``model`` on ``device``, in the channels-last memory format when ``channels_last``
+    (``training.channels_last``) is true.
 
     Channels-last changes only how convolution weights are laid out in memory (the values are the same;
     sums may round differently), and it is what makes the CPU's convolutions fast: EfficientNet-Lite0
@@ -222,7 +223,7 @@ def place_model(model: nn.Module, training: Mapping[str, Any], device: torch.dev
     (``benchmarks/bench_backbones.py --channels-last``).
     """
     model = model.to(device)
-    return model.to(memory_format=torch.channels_last) if training.get("channels_last", False) else model
+    return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
 def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -250,7 +251,8 @@ class Trainer:
     """Trains one run. Use :func:`train_run` unless you need the pieces.
 
     Args:
-        run: resolved run (:func:`dmlbench.config.resolve_run`).
+        run: resolved run (:func:`dmlbench.config.resolve_run`); its settings are parsed once, by the recipe
+            (:attr:`settings`), and the mapping is what the checkpoint records.
         data: its datasets.
         out_dir: where ``checkpoint.pt`` (selected weights) and ``log.csv`` go.
         scratch_dir: where the per-epoch resume checkpoint lives (not a workflow output).
@@ -264,7 +266,8 @@ class Trainer:
     def __init__(self, run: Mapping[str, Any], data: RunData, out_dir: Path, scratch_dir: Path,
                  device: torch.device, progress: bool = True, manifest: Path | None = None):
         self.run = dict(run)
-        self.training = run["training"]
+        self.recipe: Recipe = build_recipe(self.run)
+        self.settings: TrainingSettings = self.recipe.settings
         self.data = data
         self.out_dir = Path(out_dir)
         self.scratch = Path(scratch_dir) / "last.pt"
@@ -273,19 +276,18 @@ class Trainer:
         self.digest = config_digest(self.run)
         self.manifest = manifest
         self.manifest_entries = manifest_entries(manifest) if manifest is not None else {}
-        selection = self.training["selection"]
-        if selection == "val" and data.val is None:
+        settings = self.settings
+        if settings.selection == "val" and data.val is None:
             raise ValueError("training.selection is 'val' but training.val_fraction is 0: no validation split")
-        self.selection = selection
+        self.selection = settings.selection
 
-        configure_determinism(self.training["deterministic"], device)
+        configure_determinism(settings.deterministic, device)
         seed_everything(derive_seed(run["seed"], "init"))
-        self.recipe: Recipe = build_recipe(self.run)
-        self.model = place_model(self.recipe.build_model(), self.training, device)
+        self.model = place_model(self.recipe.build_model(), settings.channels_last, device)
         self.loss = self.recipe.build_loss(data.num_classes).to(device)
-        self.optimizer = build_optimizer(self.training["optimizer"], self.model, self.loss)
-        self.scheduler = build_scheduler(self.training["schedule"], self.optimizer, self.training["epochs"])
-        self.scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and self.training["amp"])
+        self.optimizer = build_optimizer(settings.optimizer, self.model, self.loss)
+        self.scheduler = build_scheduler(settings.schedule, self.optimizer, settings.epochs)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=device.type == "cuda" and settings.amp)
         self.log: list[dict[str, float]] = []
         self.kernel_warnings = KernelWarnings()
         self.init_parity: dict[str, float] = {}
@@ -293,10 +295,18 @@ class Trainer:
         self.best_epoch = 0
         self.best_state: dict[str, torch.Tensor] = {}
         self.start_epoch = 1
-        self.context = TrainContext(data=data, device=device, eval_batch_size=self.training["eval_batch_size"],
-                                    num_workers=self.training["num_workers"])
+        self.context = TrainContext(data=data, device=device, eval_batch_size=settings.eval_batch_size,
+                                    num_workers=settings.num_workers)
         self._loader: DataLoader | None = None
         self._batches: EpochBatches | None = None
+
+    def set_batches_per_epoch(self, batches: int | None) -> None:
+        """Train ``batches`` batches per epoch from the next epoch on (``training.sampler.batches_per_epoch``;
+        None: the sampler's own count), for the trainer and its recipe alike: a benchmark times a fixed
+        number of steps with a run's own trainer. The checkpoint and the digest still record the run as given."""
+        sampler = dataclasses.replace(self.settings.sampler, batches_per_epoch=batches)
+        self.settings = dataclasses.replace(self.settings, sampler=sampler)
+        self.recipe.settings = self.settings
 
     # --- resume ---------------------------------------------------------------------------
     def _scratch_state(self, epoch: int) -> dict[str, Any]:
@@ -353,7 +363,7 @@ class Trainer:
         augment = torch.Generator().manual_seed(derive_seed(seed, "device_augment"))
         self.model.train()
         losses = LossTally(self.device)
-        bar = tqdm(loader, desc=f"epoch {epoch}/{self.training['epochs']}", disable=not self.progress,
+        bar = tqdm(loader, desc=f"epoch {epoch}/{self.settings.epochs}", disable=not self.progress,
                    leave=False, dynamic_ncols=True)
         started = time.perf_counter()
         waits = WaitClock(bar)
@@ -391,7 +401,7 @@ class Trainer:
         epoch, seeded from ``worker_seed``, so that their random transforms depend on the epoch alone.
         """
         train = self.data.train
-        workers = self.training["num_workers"]
+        workers = self.settings.num_workers
         if workers > 0 and not getattr(train, "random_in_workers", True):
             if self._loader is None:
                 self._batches = EpochBatches()
@@ -413,14 +423,14 @@ class Trainer:
             raise NonFiniteWeightsError(
                 f"{self.run['dataset']}/{self.run['method']}/seed{self.run['seed']}: the run diverged in epoch "
                 f"{epoch}: {listed} hold NaN or inf (nothing of this epoch was saved). Lower "
-                f"training.optimizer.lr (now {self.training['optimizer']['lr']}) or the method's lr multipliers."
+                f"training.optimizer.lr (now {self.settings.optimizer.lr}) or the method's lr multipliers."
             )
 
     def _train_recall1(self, batch: int) -> float:
         """R@1 on the training images with the test transform (``training.log_train_recall``), for
         train-vs-test curves; the training rows are the same every epoch."""
         clean = self.data.train.evaluation_view(self.data.test)
-        return recall_at_1(self.recipe, self.model, clean, None, batch, self.device, self.training["num_workers"])
+        return recall_at_1(self.recipe, self.model, clean, None, batch, self.device, self.settings.num_workers)
 
     def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:
         return {"val": val_r1, "test": test_r1, "last": float(epoch)}[self.selection]
@@ -436,15 +446,16 @@ class Trainer:
         2 points from another by chance. The global RNG is reseeded at every epoch's start, so nothing
         here changes the training.
         """
-        batch, workers = self.training["eval_batch_size"], self.training["num_workers"]
+        batch, workers = self.settings.eval_batch_size, self.settings.num_workers
         method_r1 = recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
         seed_everything(derive_seed(self.run["seed"], "init"))  # the run's own backbone, also when not pretrained
-        backbone = place_model(build_backbone(self.training["backbone"]), self.training, self.device)
+        backbone = place_model(build_backbone(self.settings.backbone.section), self.settings.channels_last,
+                               self.device)
         pooled = torch.from_numpy(compute_embeddings(backbone, self.data.val, batch, self.device, workers))
         draws = []
         for draw in range(INIT_PARITY_HEAD_DRAWS):
             seed_everything(derive_seed(self.run["seed"], "init_parity_head", draw))
-            head = LinearEmbedding(pooled.shape[1], self.training["embedding_dim"])
+            head = LinearEmbedding(pooled.shape[1], self.settings.embedding_dim)
             with torch.no_grad():
                 embedded = head(pooled).numpy()
             draws.append(recall_at_k(embedded, self.data.val.labels, [1])[1])
@@ -462,8 +473,8 @@ class Trainer:
             on_epoch_end: called with the epoch number after its scratch checkpoint is saved
                 (tests use it to simulate an interruption).
         """
-        batch = self.training["eval_batch_size"]
-        epochs = self.training["epochs"]
+        batch = self.settings.eval_batch_size
+        epochs = self.settings.epochs
         first = self.start_epoch
         if first == 1 and epochs > 0 and self.data.val is not None:
             self.init_parity = self.measure_init_parity()
@@ -474,16 +485,16 @@ class Trainer:
                 stats = self.train_epoch(epoch)
                 seconds = time.perf_counter() - started
                 self._check_finite(epoch)
-                workers = self.training["num_workers"]
+                workers = self.settings.num_workers
                 val_r1 = (recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
                           if self.data.val else math.nan)
                 test_r1 = (recall_at_1(self.recipe, self.model, self.data.test, self.data.test_split, batch,
                                        self.device, workers)
-                           if self.selection == "test" or self.training.get("log_test_recall") else math.nan)
+                           if self.selection == "test" or self.settings.log_test_recall else math.nan)
             row = {"epoch": epoch, "loss": stats.mean_loss, "val_R@1": val_r1, "test_R@1": test_r1, "lr": lr,
                    "seconds": seconds, "images_per_s": stats.images / seconds,
                    "loader_wait_share": stats.loader_wait_seconds / seconds}
-            if self.training.get("log_train_recall"):
+            if self.settings.log_train_recall:
                 row["train_R@1"] = self._train_recall1(batch)
             self.log.append({**row, **self.recipe.epoch_log()})
             score = self._score(val_r1, test_r1, epoch)
@@ -543,7 +554,7 @@ def train_run(run: Mapping[str, Any], manifest_path: str | Path, out_dir: str | 
     built and its resume checkpoint read, before any step, the resolved run goes to ``scratch_dir/run.yaml``
     (``configs``: the parameter files it was resolved from, named in the file's header), and with the
     finished run's other files to ``out_dir/run.yaml``: the run folder holds only finished runs' files."""
-    with claim_device(run["training"]["device"]) as name:  # its own GPU slot when several GPUs are shared
+    with claim_device(training_settings(run).device) as name:  # its own GPU slot when several GPUs are shared
         device = resolve_device(name)
         trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress,
                           manifest=Path(manifest_path))

@@ -23,7 +23,6 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dmlbench.catalog import did_you_mean
 from dmlbench.config import (
     ConfigError,
     check_section,
@@ -32,6 +31,7 @@ from dmlbench.config import (
     resolve_run,
     section,
 )
+from dmlbench.errors import did_you_mean
 from dmlbench.tuning.space import (
     TUNING_KEY,
     check_space_keys,
@@ -168,7 +168,7 @@ def expand_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_tuning(config: Mapping[str, Any], source: str = "params") -> None:
     """Every key of a tuned method's space names a setting its tuned run has, on every dataset (run by
-    :func:`dmlbench.config.validate_config`, after the runs' own checks).
+    :func:`dmlbench.params.validate_config`, after the runs' own checks).
 
     Raises:
         ConfigError: naming the space's key, what the run has there, and ``source``.

@@ -9,15 +9,15 @@ fold ``f``'s run trains on the other ``k - 1`` folds' classes and is scored on f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dmlbench.data.manifest import ManifestError, read_manifest, select_splits
 from dmlbench.data.splits import cap_images_per_class
+from dmlbench.settings import TrainingSettings
 from dmlbench.training.data import RunData, build_run_data
 
 #: the fewest classes a fold may hold: R@1 and MAP@R need another class to retrieve against.
@@ -54,12 +54,12 @@ def training_rows(manifest_path: str | Path) -> pd.DataFrame:
     return rows
 
 
-def fold_data(rows: pd.DataFrame, training: Mapping[str, Any], folds: Sequence[np.ndarray], held_out: int) -> RunData:
+def fold_data(rows: pd.DataFrame, settings: TrainingSettings, folds: Sequence[np.ndarray], held_out: int) -> RunData:
     """One fold's data: the run trains on the classes of every fold but ``held_out`` and is scored on
     ``held_out``'s images (the first ``training.eval_images_per_class`` of each class), which fill the data's
     evaluation slot (``test``, split ``test``); there is no validation split, since the run keeps its last
     epoch as the tuned run will. Only ``rows`` (training rows, :func:`training_rows`) are read.
     """
     scored = rows["label"].isin(folds[held_out])
-    evaluated = cap_images_per_class(rows[scored], training.get("eval_images_per_class")).assign(split="test")
-    return build_run_data(rows[~scored], rows.iloc[:0], evaluated, training, rows["path"].tolist())
+    evaluated = cap_images_per_class(rows[scored], settings.eval_images_per_class).assign(split="test")
+    return build_run_data(rows[~scored], rows.iloc[:0], evaluated, settings, rows["path"].tolist())

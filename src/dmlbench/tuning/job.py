@@ -20,6 +20,7 @@ from dmlbench.atomic import atomic_outputs, exclusive_lock
 from dmlbench.config import resolve_run
 from dmlbench.models.backbones.weights import sha256_of
 from dmlbench.placement import claim_device
+from dmlbench.settings import training_settings
 from dmlbench.training.trainer import resolve_device
 from dmlbench.tuning.entries import tuned_name, untuned
 from dmlbench.tuning.folds import class_folds, training_rows
@@ -57,7 +58,7 @@ def tune(config: Mapping[str, Any], dataset: str, method: str, manifest: str | P
     """Run (or resume) the study of ``method`` on ``dataset`` to ``tuning.trials`` completed trials.
 
     Args:
-        config: the expanded parameters (:func:`dmlbench.config.load_config`).
+        config: the expanded parameters (:func:`dmlbench.params.load_config`).
         manifest: the dataset's manifest; only its ``train`` rows are read.
         out_dir: the job's folder (``results/tuning/<dataset>/<method>``).
         scratch_dir: the trials' resume checkpoints (not an output).
@@ -74,7 +75,7 @@ def tune(config: Mapping[str, Any], dataset: str, method: str, manifest: str | P
     manifest, out_dir = Path(manifest), Path(out_dir)
     rows = training_rows(manifest)
     folds = class_folds(rows["label"].unique(), setup.folds, setup.seed)
-    with exclusive_lock(out_dir / LOCK_FILE), claim_device(base_run["training"]["device"]) as device_name:
+    with exclusive_lock(out_dir / LOCK_FILE), claim_device(training_settings(base_run).device) as device_name:
         study = open_study(out_dir / STUDY_FILE, setup.digest(base_run, sha256_of(manifest)), report)
         for number in requeue_interrupted(study):
             report(f"[dmlbench] trial {number} was interrupted: evaluating its values again first")

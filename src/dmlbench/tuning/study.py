@@ -32,7 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from dmlbench.config import ConfigError, section
 from dmlbench.training.checkpoint import config_digest
-from dmlbench.training.seeding import derive_seed
+from dmlbench.seeding import derive_seed
 from dmlbench.tuning.entries import (
     tuned_methods,
     tuned_name,

@@ -28,6 +28,7 @@ from dmlbench.atomic import write_text_atomic
 from dmlbench.config import deep_merge, resolve_run
 from dmlbench.evaluation.retrieval import build_task, retrieval_metrics
 from dmlbench.evaluation.validation import check_embeddings
+from dmlbench.settings import evaluation_settings, training_settings
 from dmlbench.training.checkpoint import config_digest
 from dmlbench.training.data import RunData
 from dmlbench.training.trainer import NonFiniteLossError, NonFiniteWeightsError, Trainer
@@ -49,11 +50,11 @@ def trial_run(config: Mapping[str, Any], setup: TuneSetup, values: Mapping[str, 
 def fold_score(trainer: Trainer, data: RunData, metric: str) -> float:
     """``metric`` (``R@1`` or ``MAP@R``) of the trained model's test-time embedding of the held-out fold (the
     data's evaluation slot), each image querying all the others."""
-    training = trainer.training
-    embeddings = trainer.recipe.embed(trainer.model, data.test, training["eval_batch_size"], trainer.device,
-                                      training["num_workers"])
+    settings = trainer.settings
+    embeddings = trainer.recipe.embed(trainer.model, data.test, settings.eval_batch_size, trainer.device,
+                                      settings.num_workers)
     task = build_task(np.asarray(data.test.labels), None)
-    metrics = retrieval_metrics(check_embeddings(embeddings), task, [1], trainer.run["evaluation"]["chunk_size"],
+    metrics = retrieval_metrics(check_embeddings(embeddings), task, [1], evaluation_settings(trainer.run).chunk_size,
                                 with_map_at_r=metric != "R@1")
     return float(metrics[metric])
 
@@ -103,7 +104,7 @@ class FoldEvaluation:
 
     def _train_fold(self, run: Mapping[str, Any], fold: int, fold_dir: Path) -> float:
         """Train fold ``fold``'s run (resuming its checkpoint), score it and record the score."""
-        data = fold_data(self.rows, run["training"], self.folds, fold)
+        data = fold_data(self.rows, training_settings(run), self.folds, fold)
         trainer = Trainer(run, data, fold_dir / "run", fold_dir / "resume", self.device, self.progress,
                           manifest=self.manifest)
         trainer.try_resume()

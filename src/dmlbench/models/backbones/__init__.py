@@ -40,7 +40,7 @@ def check_backbone_name(name: Any) -> None:
         check_timm_name(name)
         return
     if name not in BACKBONES:
-        from dmlbench.catalog import did_you_mean
+        from dmlbench.errors import did_you_mean
 
         raise KeyError(f"training.backbone.name = {name!r} is unknown{did_you_mean(str(name), BACKBONES)}; "
                        f"known: {sorted(BACKBONES)}, or 'timm:<model>' for a timm model")

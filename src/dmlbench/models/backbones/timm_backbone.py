@@ -113,7 +113,7 @@ def check_timm_name(name: Any) -> str:
     Raises:
         ValueError: a malformed name, timm missing, or a model or tag timm does not know (closest shown).
     """
-    from dmlbench.catalog import did_you_mean
+    from dmlbench.errors import did_you_mean
 
     match = _NAME.fullmatch(name) if isinstance(name, str) else None
     if match is None:

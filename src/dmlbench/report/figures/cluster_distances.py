@@ -23,9 +23,10 @@ from dmlbench.config import ConfigError
 from dmlbench.evaluation.clustering import KMeansSettings, kmeans_assignments
 from dmlbench.evaluation.evaluate import l2_normalise
 from dmlbench.evaluation.files import load_embeddings_npz
+from dmlbench.layout import EMBEDDINGS_FILE, run_file
 from dmlbench.report.plots import _plain, _save, _style_context
 
-from .common import check_methods, figure_seeds, method_label, panel_grid, require, run_file, title_of
+from .common import check_methods, figure_seeds, method_label, panel_grid, require, title_of
 
 #: random pairs drawn per method (the negatives among them are kept).
 PAIR_DRAWS = 200_000
@@ -46,7 +47,7 @@ def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> Non
 
 def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     seed = figure_seeds(config, spec)[0]
-    return [run_file(spec["dataset"], m, seed, "embeddings.npz") for m in spec["methods"]]
+    return [run_file(spec["dataset"], m, seed, EMBEDDINGS_FILE) for m in spec["methods"]]
 
 
 def negative_pair_distances(embeddings: np.ndarray, labels: np.ndarray, clusters: np.ndarray, draws: int,

@@ -1,35 +1,21 @@
-"""Helpers shared by the figure kinds: seeds, run paths, method checks, labels."""
+"""Helpers shared by the figure kinds: seeds, method checks, labels (run paths: :mod:`dmlbench.layout`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.config import ConfigError, has_training, logs_epochs, resolve_method
+from dmlbench.layout import LOG_FILE
 from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH
 
 if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not for the checks every validation runs
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-RUNS_DIR = Path("results/runs")
-PREPARED_DIR = Path("data/prepared")
-
-
 def figure_seeds(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[int]:
     """The figure's ``seeds``, else the top-level ``seeds``."""
     return [int(s) for s in spec.get("seeds", config["seeds"])]
-
-
-def run_file(dataset: str, method: str, seed: int, filename: str) -> str:
-    """``results/runs/<dataset>/<method>/seed<k>/<filename>`` (the workflow's layout)."""
-    return str(RUNS_DIR / dataset / method / f"seed{seed}" / filename)
-
-
-def prepared_dir(dataset: str) -> str:
-    """``data/prepared/<dataset>``: the prepared dataset (``manifest.csv`` and its images), rule prepare's output."""
-    return str(PREPARED_DIR / dataset)
 
 
 def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str, *,
@@ -53,7 +39,7 @@ def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str,
     if untrained:
         raise ConfigError(f"{where}: methods {untrained} are not trained themselves (ensemble_members or "
                           f"checkpoint_of), so they have no {trained}; name the method they come from")
-    unlogged = [m for m in methods if trained == "log.csv" and not logs_epochs(config, m)]
+    unlogged = [m for m in methods if trained == LOG_FILE and not logs_epochs(config, m)]
     if unlogged:
         raise ConfigError(f"{where}: methods {unlogged} are reference rows (recipe: reference, no epochs), so "
                           f"their {trained} is empty; leave them out")

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.config import ConfigError
-from dmlbench.evaluation.per_query import DECOMPOSABLE, PER_QUERY_FILE
-from dmlbench.report.collect import METRICS_FILE, RunDir, collect_runs
+from dmlbench.evaluation.per_query import DECOMPOSABLE
+from dmlbench.layout import METRICS_FILE, PER_QUERY_FILE, RUNS_DIR, run_file
+from dmlbench.report.collect import RunDir, collect_runs
 from dmlbench.report.metric_format import metric_format
 from dmlbench.report.plots import LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH, _plain, _save, _style_context, cell_point
 from dmlbench.report.spec import TableSpec
 from dmlbench.report.styles import Styles
 
-from .common import RUNS_DIR, check_methods, figure_seeds, require, run_file, title_of
+from .common import check_methods, figure_seeds, require, title_of
 
 
 def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
@@ -63,8 +64,7 @@ def points(config: Mapping[str, Any], spec: Mapping[str, Any],
     from dmlbench.report.summary import summarise
 
     dataset, metric, methods = spec["dataset"], spec["metric"], _methods(spec)
-    runs = [RunDir(dataset, m, s, runs_dir / dataset / m / f"seed{s}")
-            for m in methods for s in figure_seeds(config, spec)]
+    runs = [RunDir.of(dataset, m, s, runs_dir) for m in methods for s in figure_seeds(config, spec)]
     table = TableSpec(datasets=[dataset], methods=methods, metrics={dataset: [metric]})
     cells = summarise(collect_runs(runs), runs, table).set_index(["dataset", "method", "metric"])
     return {m: point for m in methods if (point := cell_point(cells, dataset, m, metric)) is not None}

@@ -39,9 +39,11 @@ from dmlbench.evaluation.files import load_embeddings_npz
 from dmlbench.evaluation.knn import make_index, search
 from dmlbench.evaluation.retrieval import RetrievalTask, build_task, exhaustive_first_hit_rank
 from dmlbench.evaluation.validation import check_split
+from dmlbench.layout import EMBEDDINGS_FILE, MANIFEST_FILE, prepared_dir, run_file
 from dmlbench.report.plots import _plain, _style_context, _write_png
+from dmlbench.settings import training_settings
 
-from .common import check_methods, figure_seeds, method_label, prepared_dir, require, run_file, title_of
+from .common import check_methods, figure_seeds, method_label, require, title_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -93,7 +95,7 @@ def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> Non
 
 def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     seed = figure_seeds(config, spec)[0]
-    return [run_file(spec["dataset"], spec["method"], seed, "embeddings.npz"), prepared_dir(spec["dataset"])]
+    return [run_file(spec["dataset"], spec["method"], seed, EMBEDDINGS_FILE), prepared_dir(spec["dataset"]).as_posix()]
 
 
 def choose_queries(query_labels: np.ndarray, count: int, seed: int) -> np.ndarray:
@@ -166,13 +168,13 @@ def first_hit_ranks(x: np.ndarray, database: np.ndarray, task: RetrievalTask, pi
     return ranks
 
 
-def manifest_test_rows(manifest_path: Path, labels: np.ndarray, training: Mapping[str, Any]) -> pd.DataFrame:
-    """The manifest's test rows in the order the embed step embedded them (the run's ``training``
-    settings pick them); ``labels`` (N,) must match."""
+def manifest_test_rows(manifest_path: Path, labels: np.ndarray, images_per_class: int | None) -> pd.DataFrame:
+    """The manifest's test rows in the order the embed step embedded them (the run's
+    ``training.eval_images_per_class``, ``images_per_class``, picks them); ``labels`` (N,) must match."""
     from dmlbench.data.manifest import read_manifest
     from dmlbench.training.data import evaluation_rows
 
-    rows = evaluation_rows(read_manifest(manifest_path), training)
+    rows = evaluation_rows(read_manifest(manifest_path), images_per_class)
     if len(rows) != len(labels) or not np.array_equal(rows["label"].to_numpy(), labels):
         raise ValueError(f"{manifest_path}: its {len(rows)} test rows do not match the {len(labels)} rows of the "
                          f"embeddings (labels differ): the run was embedded from another manifest; rebuild it")
@@ -204,7 +206,8 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
     except ValueError as err:
         raise ValueError(f"{out_png}: {npz_path}: {err}; lower it in the figure's spec") from err
     run = resolve_run(config, spec["dataset"], spec["method"], figure_seeds(config, spec)[0])
-    rows = manifest_test_rows(Path(data_dir) / "manifest.csv", np.asarray(arrays["labels"]), run["training"])
+    rows = manifest_test_rows(Path(data_dir) / MANIFEST_FILE, np.asarray(arrays["labels"]),
+                              training_settings(run).eval_images_per_class)
     paths, names = rows["path"].to_numpy(), rows["class_name"].to_numpy()
     n_rows, k = grid.neighbour_rows.shape
     with _style_context():

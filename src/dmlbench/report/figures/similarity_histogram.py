@@ -21,9 +21,10 @@ import numpy as np
 
 from dmlbench.evaluation.evaluate import l2_normalise
 from dmlbench.evaluation.files import load_embeddings_npz
+from dmlbench.layout import EMBEDDINGS_FILE, run_file
 from dmlbench.report.plots import _plain, _save, _style_context
 
-from .common import check_methods, figure_seeds, method_label, panel_grid, require, run_file, title_of
+from .common import check_methods, figure_seeds, method_label, panel_grid, require, title_of
 
 PAIRS_PER_KIND = 20_000
 BINS = np.linspace(-1.0, 1.0, 81)
@@ -38,7 +39,7 @@ def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> Non
 
 def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     seed = figure_seeds(config, spec)[0]
-    return [run_file(spec["dataset"], m, seed, "embeddings.npz") for m in spec["methods"]]
+    return [run_file(spec["dataset"], m, seed, EMBEDDINGS_FILE) for m in spec["methods"]]
 
 
 def sample_pairs(labels: np.ndarray, positive: bool, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

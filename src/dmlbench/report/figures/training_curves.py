@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from dmlbench.config import ConfigError, resolve_run
+from dmlbench.layout import LOG_FILE, run_file
 from dmlbench.report.collect import RunDir, load_logs
 from dmlbench.report.plots import (
     CURVES_LEGEND_TITLE, LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH, _curve, _plain, _save, _style_context,
 )
 from dmlbench.report.styles import Styles
 
-from .common import RUNS_DIR, check_methods, figure_seeds, method_label, require, run_file, title_of
+from .common import check_methods, figure_seeds, method_label, require, title_of
 
 
 #: log.csv columns that a run fills only when its training settings ask for them: column → (whether a run's
@@ -32,7 +33,7 @@ LOGGED_WHEN: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
 
 def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> None:
     require(spec, ("methods", "columns"), where)
-    methods = check_methods(config, spec["methods"], f"{where}.methods", trained="log.csv")
+    methods = check_methods(config, spec["methods"], f"{where}.methods", trained=LOG_FILE)
     columns = spec["columns"]
     if not columns or not all(isinstance(c, str) for c in columns) or len(set(columns)) != len(columns):
         raise ConfigError(f"{where}.columns must list log.csv column names, each once; got {columns!r}")
@@ -46,7 +47,7 @@ def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> Non
 
 
 def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
-    return [run_file(spec["dataset"], m, s, "log.csv") for m in spec["methods"] for s in figure_seeds(config, spec)]
+    return [run_file(spec["dataset"], m, s, LOG_FILE) for m in spec["methods"] for s in figure_seeds(config, spec)]
 
 
 def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) -> None:
@@ -55,8 +56,7 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
     from matplotlib.ticker import MaxNLocator
 
     dataset, methods, columns = spec["dataset"], list(spec["methods"]), list(spec["columns"])
-    logs = load_logs([RunDir(dataset, m, s, RUNS_DIR / dataset / m / f"seed{s}")
-                      for m in methods for s in figure_seeds(config, spec)])
+    logs = load_logs([RunDir.of(dataset, m, s) for m in methods for s in figure_seeds(config, spec)])
     absent = [c for c in columns if c not in logs.columns or logs[c].isna().all()]
     if absent:
         raise ValueError(f"{out_png}: no run logged {absent}; enable them (e.g. training.log_train_recall: true)")

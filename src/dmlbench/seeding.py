@@ -44,12 +44,11 @@ def configure_determinism(deterministic: bool, device: torch.device) -> None:
     torch.use_deterministic_algorithms(deterministic, warn_only=True)
 
 
-def ran_deterministically(training: dict, device: str) -> bool:
-    """Whether a run on ``device`` (``"cpu"``, ``"cuda:0"``, …) with these training settings used only
+def ran_deterministically(deterministic: bool, device: str) -> bool:
+    """Whether a run on ``device`` (``"cpu"``, ``"cuda:0"``, …) with ``training.deterministic`` set so used only
     deterministic kernels.
 
-    >>> autotuned = {"deterministic": False}
-    >>> ran_deterministically(autotuned, "cpu"), ran_deterministically(autotuned, "cuda:0")
+    >>> ran_deterministically(False, "cpu"), ran_deterministically(False, "cuda:0")
     (True, False)
     """
-    return device.startswith("cpu") or bool(training.get("deterministic", True))
+    return device.startswith("cpu") or deterministic
