@@ -174,7 +174,7 @@ def write_npz_atomic(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path
     """Write ``arrays`` as an uncompressed ``.npz`` atomically (``np.savez`` keeps the temporary name's
     ``.npz`` suffix); returns the path."""
     with atomic_output(path) as tmp:
-        np.savez(tmp, **arrays)
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]  # numpy types **arrays against allow_pickle: bool
     return Path(path)
 
 

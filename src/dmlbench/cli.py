@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from dmlbench import __version__
 from dmlbench.catalog import KINDS, catalog, plain_text
@@ -212,7 +213,7 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 
 #: evaluation settings without --dataset (the params' defaults).
-EVALUATION_DEFAULTS = {"recall_ks": [1, 2, 4, 8], "chunk_size": 4096, "kmeans": {"seed": 0, "niter": 100, "nredo": 1}}
+EVALUATION_DEFAULTS: dict[str, Any] = {"recall_ks": [1, 2, 4, 8], "chunk_size": 4096, "kmeans": {"seed": 0, "niter": 100, "nredo": 1}}
 
 
 def _evaluation_settings(args: argparse.Namespace) -> dict:

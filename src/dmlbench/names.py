@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Iterable
+from typing import TypeGuard
 
 from dmlbench.errors import DmlbenchError
 from dmlbench.schema import schema
@@ -43,7 +44,7 @@ NAME_PATTERN = _schema_name_pattern()
 NAME_REGEX = NAME_PATTERN.removeprefix("^").removesuffix("$")
 
 
-def is_name(text: object) -> bool:
+def is_name(text: object) -> TypeGuard[str]:
     """Whether ``text`` is a valid name (a string matching the pattern as a whole: no newline, no ``/``)."""
     return isinstance(text, str) and re.fullmatch(NAME_REGEX, text) is not None
 
@@ -62,7 +63,7 @@ def check_name(text: object, what: str) -> str:
     """
     if not is_name(text):
         raise BadNameError(bad_name_message(text, what))
-    return text  # type: ignore[return-value]  (is_name checked it is a str)
+    return text
 
 
 def name_argument(what: str) -> Callable[[str], str]:

@@ -54,7 +54,8 @@ def split_configs(items: Sequence[str] | None) -> tuple[list[str], dict[str, Any
     >>> split_configs(["params.yaml", "training.epochs=3", "seeds=[0, 1]"])
     (['params.yaml'], {'training': {'epochs': 3}, 'seeds': [0, 1]})
     """
-    files, overrides = [], {}
+    files: list[str] = []
+    overrides: dict[str, Any] = {}
     for item in items or []:
         key, equals, text = item.partition("=")
         if not equals or Path(item).exists():
@@ -103,6 +104,8 @@ def code_source(obj: Callable[..., Any] | type, name: str, owner: str) -> str:
         lines, start = inspect.getsourcelines(obj)
         file = inspect.getsourcefile(obj)
     except (OSError, TypeError):
+        file = None
+    if file is None:
         return f"default in code ({owner}.{name})"
     tree = ast.parse(textwrap.dedent("".join(lines)))
     line = next((node.lineno for node in ast.walk(tree)
@@ -121,16 +124,17 @@ def code_defaults(run: Mapping[str, Any]) -> list[Setting]:
 
     found = []
     method = run["method_config"]
-    if method.get("recipe") in RECIPES:
-        options_class = recipe_class(method["recipe"]).options_class
+    options_class = recipe_class(method["recipe"]).options_class if method.get("recipe") in RECIPES else None
+    if options_class is not None:
         given = method.get("options") or {}
-        for field in dataclasses.fields(options_class) if options_class is not None else ():
+        for field in dataclasses.fields(options_class):
             if field.name not in given:
-                default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+                default = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
                 found.append(Setting(("method_config", "options", field.name), _plain(default), "",
                                      code_source(options_class, field.name, options_class.__name__)))
     loss = method.get("loss")
-    loss_class = registry.LOSS_CLASSES.get(loss.get("name")) if isinstance(loss, Mapping) else None
+    loss_name = loss.get("name") if isinstance(loss, Mapping) else None
+    loss_class = registry.LOSS_CLASSES.get(loss_name) if isinstance(loss_name, str) else None
     if loss_class is not None:
         for key, default in registry.loss_defaults(loss["name"]).items():
             if key not in loss:
@@ -138,11 +142,12 @@ def code_defaults(run: Mapping[str, Any]) -> list[Setting]:
                                      code_source(loss_class.__init__, key, loss_class.__name__)))
     backbone = run["training"]["backbone"]
     builder = BACKBONES.get(backbone.get("name"))
-    for parameter in inspect.signature(builder).parameters.values() if builder is not None else ():
-        if parameter.default is not parameter.empty and parameter.name not in MODEL_KEYS \
-                and backbone.get(parameter.name) is None:
-            found.append(Setting(("training", "backbone", parameter.name), _plain(parameter.default), "",
-                                 code_source(builder, parameter.name, builder.__name__)))
+    if builder is not None:
+        for parameter in inspect.signature(builder).parameters.values():
+            if parameter.default is not parameter.empty and parameter.name not in MODEL_KEYS \
+                    and backbone.get(parameter.name) is None:
+                found.append(Setting(("training", "backbone", parameter.name), _plain(parameter.default), "",
+                                     code_source(builder, parameter.name, builder.__name__)))
     return found
 
 
@@ -150,8 +155,8 @@ def with_defaults(settings: list[Setting], defaults: list[Setting]) -> list[Sett
     """``settings`` with each default after the settings of its mapping; a default replaces a null setting
     (null leaves a backbone argument to the builder), its source naming where the null was set."""
     by_path = {setting.path: i for i, setting in enumerate(settings)}
-    result: list[Setting | None] = list(settings)
-    after: dict[tuple[str, ...], list[Setting]] = {}
+    result: list[Setting] = list(settings)
+    after: dict[int, list[Setting]] = {}
     for default in defaults:
         if default.path in by_path:
             null = settings[by_path[default.path]]
@@ -162,7 +167,7 @@ def with_defaults(settings: list[Setting], defaults: list[Setting]) -> list[Sett
         anchor = max((i for i, setting in enumerate(settings) if setting.path[:len(parent)] == parent),
                      default=max((i for i, s in enumerate(settings) if s.path[0] == parent[0]), default=len(settings)))
         after.setdefault(anchor, []).append(default)
-    merged = []
+    merged: list[Setting] = []
     for i, setting in enumerate(result):
         merged.append(setting)
         merged.extend(after.get(i, []))

@@ -108,7 +108,7 @@ def read_options(config: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         DatasetConfigError: an unknown key (with the allowed ones), or a bad value (key named).
     """
-    kind = config.get("kind")
+    kind = config["kind"]
     defaults = DEFAULTS[kind]
     unknown = sorted(set(config) - set(defaults) - IGNORED_KEYS)
     if unknown:
@@ -425,8 +425,8 @@ def prepare_folder(config: Mapping[str, Any], out_dir: Path) -> Path:
                        "add images to these folders or move them out of the root")
     _check_split_sizes(split_of, f"{root} ({len(names)} class folders; {how})",
                        "add class folders, or change train_fraction or the split file")
-    rows = [{"path": str(root / rel), "label": label, "class_name": name, "split": split_of[name]}
-            for label, name in enumerate(names) for rel in classes[name]]
+    rows: list[dict[str, Any]] = [{"path": str(root / rel), "label": label, "class_name": name, "split": split_of[name]}
+                                  for label, name in enumerate(names) for rel in classes[name]]
     _check_images([row["path"] for row in rows], {}, options["verify_images"],
                   "Replace or remove these files (or move them out of the class folders).")
     return _write(out_dir, rows, skipped, root)
@@ -487,7 +487,7 @@ def prepare_manifest(config: Mapping[str, Any], out_dir: Path) -> Path:
         if rel in seen:
             repeated.append((seen[rel], line, rel))
         seen.setdefault(rel, line)
-        record = {"line": line, "path": str(path), "label": _parse_label(where, row["label"])}
+        record: dict[str, Any] = {"line": line, "path": str(path), "label": _parse_label(where, row["label"])}
         if has_split:
             _check_split_value(where, row["split"])
             record["split"] = row["split"]
@@ -527,8 +527,8 @@ def prepare_manifest(config: Mapping[str, Any], out_dir: Path) -> Path:
         how = f"train_fraction {options['train_fraction']}, split_seed {options['split_seed']}"
     _check_split_sizes(split_of, f"{csv_path} ({len(labels)} labels; {how})",
                        "add classes, or change the split column or train_fraction")
-    where = {r["path"]: f" (listed at {csv_path}:{r['line']})" for r in records}
-    _check_images([r["path"] for r in records], where, options["verify_images"],
+    listed_at = {r["path"]: f" (listed at {csv_path}:{r['line']})" for r in records}
+    _check_images([r["path"] for r in records], listed_at, options["verify_images"],
                   f"Fix these rows of {csv_path} (paths are relative to its folder), or add or replace the files.")
     out = [{"path": r["path"], "label": r["label"], "class_name": r.get("class_name", str(r["label"])),
             "split": split_of[r["label"]], **({"bbox": r["bbox"]} if "bbox" in r else {})} for r in records]

@@ -82,13 +82,14 @@ def _ids_once(listing: ListFile, what: str) -> dict[str, tuple[int, list[str]]]:
     return {cells[0]: (line, cells) for line, cells in listing.rows}
 
 
-def _box(listing: ListFile, line: int, cells: list[str]) -> tuple[float, ...]:
+def _box(listing: ListFile, line: int, cells: list[str]) -> tuple[float, float, float, float]:
     """``(x, y, w, h)`` of a ``bounding_boxes.txt`` row: finite, with positive width and height."""
     box = read_numbers(listing.where(line), cells[1:5])
     if box[2] <= 0 or box[3] <= 0:
         raise ManifestError(f"{listing.where(line)}: box width and height must be positive, found {cells[1:5]}; "
                             f"{RESTORE}")
-    return box
+    x, y, width, height = box
+    return x, y, width, height
 
 
 def read_records(root: Path) -> list[Record]:

@@ -73,7 +73,7 @@ def decode_scaled(path: str, short_side: int) -> np.ndarray:
     image = load_rgb(path)
     height, width = stored_size(image.width, image.height, short_side)
     if (width, height) != image.size:
-        image = image.resize((width, height), Image.BILINEAR)
+        image = image.resize((width, height), Image.Resampling.BILINEAR)
     return np.asarray(image, dtype=np.uint8)
 
 

@@ -37,8 +37,9 @@ def load_rgb(path: str | os.PathLike[str]) -> Image.Image:
     3-channel ``RGB`` image of the same size; alpha is dropped. The file is
     closed before returning.
     """
-    with Image.open(path) as img:
-        img.load()
+    with Image.open(path) as opened:
+        opened.load()
+        img: Image.Image = opened
         if img.mode in WIDE_GREY_MODES:
             img = _grey_to_8bit(img)
         if img.mode == "P" and "transparency" in img.info:

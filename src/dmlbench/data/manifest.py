@@ -83,13 +83,14 @@ def _integer_labels(column: pd.Series, source: str | os.PathLike[str]) -> pd.Ser
     if len(bad):
         raise ManifestError(f"{source}: column 'label' must hold integer class ids; line(s) {_file_lines(bad)} "
                             f"hold {column.iloc[bad[0]]!r}. Re-run `dmlbench prepare <dataset>`.")
+    integers = [value for value in values if value is not None]  # all of them: the check above
     low, high = LABEL_RANGE
-    outside = np.flatnonzero([not low <= value <= high for value in values])
+    outside = np.flatnonzero([not low <= value <= high for value in integers])
     if len(outside):
         raise ManifestError(f"{source}: column 'label' holds {column.iloc[outside[0]]} on line(s) "
                             f"{_file_lines(outside)}, outside the 64-bit range of class ids ({low} to {high}); "
                             f"number the classes from 0. Re-run `dmlbench prepare <dataset>`.")
-    return pd.Series(np.array(values, dtype=np.int64), index=column.index, name=column.name)
+    return pd.Series(np.array(integers, dtype=np.int64), index=column.index, name=column.name)
 
 
 def _check_disjoint_classes(labels: pd.Series, splits: pd.Series, source: str | os.PathLike[str]) -> None:

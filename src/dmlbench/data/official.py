@@ -208,10 +208,10 @@ def locate_root(config: Mapping[str, Any], info: DatasetInfo) -> Path:
         except DownloadError as err:
             raise DatasetNotFoundError(f"`download: true`: {err}") from err
         return Path(os.path.abspath(root))
-    root = config.get("root") or os.environ.get(info.env_var)
-    if not root:
+    configured = config.get("root") or os.environ.get(info.env_var)
+    if not configured:
         raise DatasetNotFoundError(f"{info.title}: no local copy configured. {info.where_to_point()}")
-    path = Path(os.path.abspath(os.path.expanduser(str(root))))
+    path = Path(os.path.abspath(os.path.expanduser(str(configured))))
     if not path.is_dir():
         raise DatasetNotFoundError(f"{info.title}: root {path} is not a directory. {info.where_to_point()}")
     return path

@@ -308,7 +308,7 @@ def build_class_table(cfg: SyntheticConfig) -> pd.DataFrame:
     def far_from_prototypes(combo: Combo) -> bool:
         return all(sum(a != b for a, b in zip(combo, p)) >= min_distance for p in prototypes)
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for split, family_sizes in sizes.items():
         for size in family_sizes:
             family = len(prototypes)

@@ -219,7 +219,8 @@ def _object_shapes(parts: tuple[Part, ...], params: RenderParams, rng: np.random
     cx = hi * (0.5 + _uniform(rng, (-params.offset_fraction, params.offset_fraction)))
     cy = hi * (0.5 + _uniform(rng, (-params.offset_fraction, params.offset_fraction)))
     cos, sin = math.cos(angle), math.sin(angle)
-    body_colour = tuple(int(c) + int(rng.integers(-BODY_COLOUR_JITTER, BODY_COLOUR_JITTER + 1)) for c in BODY_COLOUR)
+    red, green, blue = (int(c) + int(rng.integers(-BODY_COLOUR_JITTER, BODY_COLOUR_JITTER + 1)) for c in BODY_COLOUR)
+    body_colour = (red, green, blue)
     shapes = [_Shape("ellipse", cx, cy, BODY_SEMI_AXES[0] * unit, angle, body_colour, "solid", (0.0, 0.0),
                      BODY_SEMI_AXES[1] / BODY_SEMI_AXES[0])]
     by_name = {p.name: p for p in parts}

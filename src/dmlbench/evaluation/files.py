@@ -120,7 +120,9 @@ def evaluate_file(
     with phase("read embeddings"):
         arrays = load_embeddings_npz(npz_path)
     try:
-        evaluation = evaluate_views(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size, **arrays)
+        # the keys are the array parameters (load_embeddings_npz checks them); mypy matches **arrays to every keyword
+        evaluation = evaluate_views(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size,
+                                    **arrays)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
         raise type(err)(f"{npz_path}: {err}") from err
     if per_query_path is not None:

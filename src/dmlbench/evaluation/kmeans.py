@@ -372,6 +372,7 @@ def lloyd(points: np.ndarray, num_clusters: int, niter: int, nredo: int, seed: i
             previous_objective = value
         if best is None or value < best[0]:
             best = (value, iterations_so_far, assignment, distances, centroids, updated)
+    assert best is not None  # nredo ≥ 1 runs
     value, iterations, assignment, distances, centroids, final = best
     assignment, _, _ = assigner.reassign(assignment, distances, centroids, final)  # faiss's index.search(x, 1)
     return LloydResult(assignment, final, iterations, float(value))

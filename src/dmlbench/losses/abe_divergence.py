@@ -32,7 +32,7 @@ batch, so each learner's metric loss does not depend on the batch size either.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -155,7 +155,7 @@ class ABELoss(nn.Module):
                 f"{type(metric).__name__}: use loss name 'contrastive' or class-balanced batches"
             )
         self.metric = metric
-        self.learner_slices = [tuple(s) for s in learner_slices]
+        self.learner_slices = [(start, stop) for start, stop in learner_slices]
         self.divergence_weight = divergence_weight
         self.divergence_margin = divergence_margin
         self.divergence_reduction = divergence_reduction
@@ -164,7 +164,8 @@ class ABELoss(nn.Module):
 
     def _metric(self, learner: Tensor, labels: Tensor) -> Tensor:
         if self.pairs == "partners":
-            return partner_contrastive(learner, labels, self.metric.margin, self.metric.squared)
+            metric = cast(ContrastiveLoss, self.metric)  # checked in __init__
+            return partner_contrastive(learner, labels, metric.margin, metric.squared)
         return self.metric(learner, labels)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:

@@ -41,12 +41,12 @@ class GradientReversal(torch.autograd.Function):
     """Identity forward; the backward pass multiplies the gradient by −``scale``."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, scale: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, scale: float) -> Tensor:
         ctx.scale = scale
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
         return -ctx.scale * grad, None
 
 

@@ -153,7 +153,7 @@ def _keyword_arguments(cls: type) -> dict[str, inspect.Parameter]:
             break
         if "__init__" not in vars(klass):
             continue
-        parameters = list(inspect.signature(klass.__init__).parameters.values())[1:]  # without self
+        parameters = list(inspect.signature(vars(klass)["__init__"]).parameters.values())[1:]  # without self
         for p in parameters:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and (own or p.default is not p.empty):
                 accepted.setdefault(p.name, p)

@@ -50,13 +50,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from dmlbench.data.samplers import PairBatchSampler
+from dmlbench.data.samplers import ClassBalancedBatchSampler, PairBatchSampler
 from dmlbench.evaluation.evaluate import self_pair_similarity
 from dmlbench.losses import build_loss
 from dmlbench.losses.abe_divergence import ABELoss
@@ -170,6 +170,7 @@ class ABERecipe(Recipe):
     """ABE-M / M-heads with per-learner metric loss + divergence loss (see the module docstring)."""
 
     options_class = ABEOptions
+    options: ABEOptions
 
     def __init__(self, run: Mapping[str, Any]):
         super().__init__(run)
@@ -225,8 +226,9 @@ class ABERecipe(Recipe):
 
     def build_sampler(self, labels: np.ndarray, generator: torch.Generator) -> Iterable[list[int]]:
         """The epoch's batches (``batches``); their number sets the step of the λ_div warm-up."""
+        sampler: ClassBalancedBatchSampler | PairBatchSampler
         if self.options.batches == "class_balanced":
-            sampler = super().build_sampler(labels, generator)
+            sampler = self.class_balanced_sampler(labels, generator)
         else:
             sampler = PairBatchSampler(labels, self.options.pair_anchors, generator,
                                        num_batches=self.settings.sampler.batches_per_epoch)
@@ -245,6 +247,8 @@ class ABERecipe(Recipe):
 
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
+        model = cast(AttentionEnsemble | HeadsEnsemble, model)  # what build_model made
+        loss = cast(ABELoss, loss)
         terms: dict[str, torch.Tensor | float] = {}
         if isinstance(model, AttentionEnsemble):
             features = model.spatial_features(images)

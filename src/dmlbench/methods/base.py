@@ -80,6 +80,8 @@ class Recipe:
     #: options that change only how a trained model embeds the test set, never the training: a method
     #: that differs from another only in these re-embeds its checkpoints (``checkpoint_of``).
     TEST_TIME_OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    #: the parsed options, an instance of :attr:`options_class` (subclasses narrow the annotation to it).
+    options: object | None
 
     def __init__(self, run: Mapping[str, Any]):
         self.run = run
@@ -111,6 +113,10 @@ class Recipe:
             labels: (N_train,) labels 0..C-1 of the training rows.
             generator: the epoch's RNG; every draw must come from it (determinism).
         """
+        return self.class_balanced_sampler(labels, generator)
+
+    def class_balanced_sampler(self, labels: np.ndarray, generator: torch.Generator) -> ClassBalancedBatchSampler:
+        """The default batches of :meth:`build_sampler`: P × K class-balanced from ``training.sampler``."""
         sampler = self.settings.sampler
         return ClassBalancedBatchSampler(labels, sampler.classes_per_batch, sampler.images_per_class, generator,
                                          num_batches=sampler.batches_per_epoch)

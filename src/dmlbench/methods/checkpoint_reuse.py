@@ -46,7 +46,7 @@ def check_checkpoint_source(config: Mapping[str, Any], method: str, source: str 
         differences = training_differences(resolve_method(config, trained, dataset),
                                            resolve_method(config, method, dataset))
         if differences:
-            recipe = resolve_method(config, trained).get("recipe")
+            recipe = resolve_method(config, trained)["recipe"]
             on = f" on dataset {dataset!r}" if dataset else ""
             raise ConfigError(
                 f"{where}, but {method} differs from {trained}{on} in {differences}, which change the training "

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -199,7 +199,7 @@ class DeMLRecipe(Recipe):
         super().__init__(run)
         self._sums: dict[str, torch.Tensor] = {}
         self._batches = 0
-        self._model: nn.Module | None = None
+        self._model: DeMLNetwork | None = None
         self._context: TrainContext | None = None
         self._health: dict[str, float] = dict.fromkeys(HEALTH_KEYS, math.nan)
 
@@ -245,6 +245,7 @@ class DeMLRecipe(Recipe):
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
         """Eq. 4 + 5 + 6 on the raw learner outputs of every scale; the terms are accumulated for the log."""
+        model = cast(DeMLNetwork, model)  # what build_model made
         outputs = model.learner_outputs(images)
         terms = loss(outputs, labels, model.learner_weights())
         with torch.no_grad():
@@ -258,7 +259,7 @@ class DeMLRecipe(Recipe):
     def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
         """Reset the per-epoch means of the loss terms; keep the model and data for the health numbers."""
         self._sums, self._batches = {}, 0
-        self._model, self._context = model, context
+        self._model, self._context = cast(DeMLNetwork, model), context
 
     def epoch_log(self) -> dict[str, float]:
         """Epoch means of the weighted loss terms and of the training learner cosine, and the OAM
@@ -305,14 +306,14 @@ class DeMLRecipe(Recipe):
     # --- test time ------------------------------------------------------------------------
     def embedding_views(self, model: nn.Module) -> dict[str, tuple[int, int]]:
         """``scale<i>`` → the columns of scale i's learners (its OA root learner), for I ≥ 2."""
-        slices = model.scale_slices()
+        slices = cast(DeMLNetwork, model).scale_slices()
         return {f"scale{i}": s for i, s in enumerate(slices)} if len(slices) > 1 else {}
 
     def attention_maps(self, model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
         """``oam_scale<i>`` (OAM saliency of scale i's input), ``crop_scale<i>`` (the box it crops)
         and ``cam<j>`` (scale 0's CAM-attended maps), each (B, h, w) in [0, 1]; see
         :meth:`DeMLNetwork.attention`."""
-        return model.attention(images)
+        return cast(DeMLNetwork, model).attention(images)
 
 
 def dataset_has_boxes(dataset_config: Mapping[str, Any]) -> bool:
@@ -359,7 +360,7 @@ def transformed_box(dataset: ImageSet, row: int, box: np.ndarray) -> torch.Tenso
 
 
 @torch.no_grad()
-def oam_health(model: nn.Module, context: TrainContext) -> dict[str, float]:
+def oam_health(model: DeMLNetwork, context: TrainContext) -> dict[str, float]:
     """Whether scale 0's OAM finds the object, on up to :data:`HEALTH_IMAGES` images with a box.
 
     Returns:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, cast
 
 import torch
 import torch.nn.functional as F
@@ -252,7 +252,7 @@ class MovementTracker:
           shrinking the directions' lengths changes no attention and does not count;
         - ``diablo/attention_change``: :func:`attention_change` of the probe images.
         """
-        if self.dictionary is None:
+        if self.dictionary is None or self.images is None or self.attention is None:  # kept together by start
             return {"diablo/dictionary_relative_change": math.nan, "diablo/attention_change": math.nan}
         dictionary = model.selection.dictionary.detach()
         device = dictionary.device
@@ -323,6 +323,7 @@ class DIABLORecipe(Recipe):
         """The mean of the per-branch losses, or the loss of the concatenation / √N (see module docstring);
         accumulates the batch's attention statistics for :meth:`epoch_log` (the run's first batch also
         starts the :class:`MovementTracker`)."""
+        model = cast(DIABLO, model)  # what build_model made
         self._movement.start(model, images)
         attention, attended = model.attend(images)
         self._health.add(attention.detach())
@@ -335,7 +336,7 @@ class DIABLORecipe(Recipe):
     def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
         """A fresh epoch of attention statistics; ``model`` is the one :meth:`epoch_log` measures."""
         self._health = AttentionStatistics()
-        self._model = model
+        self._model = cast(DIABLO, model)
 
     def epoch_log(self) -> dict[str, float]:
         """``health/attention_entropy_ratio`` and ``health/dictionary_usage`` of the epoch's training
@@ -343,6 +344,8 @@ class DIABLORecipe(Recipe):
         given to :meth:`on_epoch_start`; none for N = 1 (one entry has nothing to select)."""
         if self.options.dictionary_size == 1:
             return {}
+        if self._model is None:
+            raise RuntimeError("recipe diablo: epoch_log before on_epoch_start gave it the model to measure")
         self._last_log = {**self._health.health(), **self._movement.measure(self._model)}
         return dict(self._last_log)
 
@@ -382,7 +385,7 @@ class DIABLORecipe(Recipe):
         stays close to 1/N everywhere, so unscaled maps would all look the same; the scaled
         ones show where each entry takes more of the dimensions (a constant map becomes 0).
         """
-        attention, _ = model.attend(images)
+        attention, _ = cast(DIABLO, model).attend(images)
         maps = attention.mean(dim=2)  # (B, N, h, w)
         if attention.shape[2] > 1:
             low = maps.amin(dim=(2, 3), keepdim=True)

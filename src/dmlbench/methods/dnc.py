@@ -83,7 +83,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -243,7 +243,7 @@ class _PooledFeatures(nn.Module):
         self.train(model.training)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.model.backbone(images), dim=1)
+        return F.normalize(cast(Embedder, self.model).backbone(images), dim=1)
 
 
 class DivideAndConquerRecipe(Recipe):
@@ -386,13 +386,16 @@ class DivideAndConquerRecipe(Recipe):
                 self.epoch_clustering = time.perf_counter() - self.epoch_started
                 self.clustering_seconds += self.epoch_clustering
                 self._record_health(epoch, labels)
-            self.active = (drop_singleton_classes(self.clusters, labels)
+            clusters = self.clusters
+            assert clusters is not None  # _needs_grouping holds until the first grouping
+            self.active = (drop_singleton_classes(clusters, labels)
                            if self.options.drop_singleton_classes and self.options.num_clusters > 1
-                           else self.clusters)
+                           else clusters)
         self.learner_loss = self._uses_learner_loss(epoch)
 
     def _record_health(self, epoch: int, labels: np.ndarray) -> None:
         """Append the health of the grouping just made (:func:`grouping_health`)."""
+        assert self.clusters is not None  # called right after a grouping
         rng = np.random.default_rng(derive_seed(self.run["seed"], "dnc", "nmi_chance", epoch))
         health = grouping_health(self.clusters, labels, self.options.num_clusters, rng)
         row = np.array([[health[k] for k in GROUPING_HEALTH_KEYS]])
@@ -400,18 +403,25 @@ class DivideAndConquerRecipe(Recipe):
 
     def build_sampler(self, labels: np.ndarray, generator: torch.Generator) -> Iterable[list[int]]:
         """P × K batches, each from one cluster of this epoch (:class:`ClusterBatchSampler`)."""
-        if self.active is None or len(self.active) != len(labels):
+        active = self._active_clusters()
+        if len(active) != len(labels):
             raise RuntimeError("recipe dnc: build_sampler before on_epoch_start grouped the training rows")
         sampler = self.settings.sampler
         self.sampler = ClusterBatchSampler(
-            labels, self.active, sampler.classes_per_batch, sampler.images_per_class, generator,
+            labels, active, sampler.classes_per_batch, sampler.images_per_class, generator,
             num_batches=sampler.batches_per_epoch, weighting=self.options.cluster_sampling,
         )
         return self.sampler
 
+    def _active_clusters(self) -> np.ndarray:
+        """This epoch's (N,) clusters of the training rows (dropped rows = -1)."""
+        if self.active is None:
+            raise RuntimeError("recipe dnc: build_sampler before on_epoch_start grouped the training rows")
+        return self.active
+
     def batch_cluster(self, indices: torch.Tensor) -> int:
         """The cluster of a batch from its training-row indices (all rows share it)."""
-        clusters = np.unique(self.active[indices.cpu().numpy()])
+        clusters = np.unique(self._active_clusters()[indices.cpu().numpy()])
         if len(clusters) != 1 or clusters[0] < 0:
             raise RuntimeError(f"recipe dnc: a batch spans clusters {clusters.tolist()}; batches must come "
                                "from build_sampler")
@@ -420,22 +430,25 @@ class DivideAndConquerRecipe(Recipe):
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
         """Learner k's loss on its slice for a batch of cluster k, else the full loss on the merged embedding."""
+        model, loss = cast(Embedder, model), cast(DivideAndConquerLoss, loss)  # what build_model/build_loss made
+        head = cast(SplitLinearEmbedding, model.head)
         features = model.backbone(images)
         if self.learner_loss:
             k = self.batch_cluster(indices)
-            return loss.learners[k](model.head.learner(features, k), labels)
-        return loss.full(model.head.merged(features), labels)
+            return loss.learners[k](head.learner(features, k), labels)
+        return loss.full(head.merged(features), labels)
 
     def epoch_log(self) -> dict[str, float]:
         """``cluster_min``, ``cluster_max``, ``cluster_dropped``, ``clustering_seconds`` of this epoch."""
         finished = self.sampler.finished_at if self.sampler and self.sampler.finished_at else time.perf_counter()
         self.training_seconds += finished - self.epoch_started
-        kept = self.active[self.active >= 0]
-        sizes = np.bincount(kept, minlength=int(self.active.max()) + 1)
+        active = self._active_clusters()
+        kept = active[active >= 0]
+        sizes = np.bincount(kept, minlength=int(active.max()) + 1)
         current = self.grouping_health[-1] if self.divide_epoch else np.full(len(GROUPING_HEALTH_KEYS), np.nan)
         health = {HEALTH_PREFIX + k: float(v) for k, v in zip(GROUPING_HEALTH_KEYS, current, strict=True)}
         return {"cluster_min": float(sizes.min()), "cluster_max": float(sizes.max()),
-                "cluster_dropped": float(np.sum(self.active < 0)), "clustering_seconds": self.epoch_clustering,
+                "cluster_dropped": float(np.sum(active < 0)), "clustering_seconds": self.epoch_clustering,
                 **health}
 
     def summary(self) -> dict[str, float]:

@@ -33,8 +33,9 @@ loss state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import math
 
@@ -186,6 +187,7 @@ class MPNRecipe(Recipe):
     """Backbone + MPN trained with cross-entropy on refined features (+ auxiliary CE); see the module doc."""
 
     options_class = MPNOptions
+    options: MPNOptions
     TEST_TIME_OPTIONS = RECIPE_TEST_TIME_OPTIONS["mpn"]
 
     def __init__(self, run: dict[str, Any]):
@@ -231,12 +233,13 @@ class MPNRecipe(Recipe):
     def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
                       indices: torch.Tensor) -> torch.Tensor:
         """The batch is one graph: MPN over all B nodes, CE on the refined nodes + auxiliary CE."""
+        model, loss = cast(MPNEmbedder, model), cast(MPNCrossEntropyLoss, loss)  # what build_model/build_loss made
         features = model.features(images)
         refined = model.refine(F.normalize(features, dim=-1).unsqueeze(0)).squeeze(0) if loss.uses_mpn else None
         value = loss(features, refined, labels)
         terms = {name: float(term) for name, term in loss.last_terms.items()}
         if loss.uses_mpn:
-            scores = torch.stack([step.attention.last_scores for step in model.mpn.steps])
+            scores = cast(MessagePassingNetwork, model.mpn).last_attention_scores()
             terms.update({HEALTH_PREFIX + k: v for k, v in attention_health(scores, labels).items()})
         for name, term in terms.items():
             self._terms.setdefault(name, []).append(term)
@@ -276,7 +279,7 @@ class MPNRecipe(Recipe):
         """The last epoch's means, so that a run resumed after its last epoch still has its summary."""
         return {"last_epoch": dict(self._last_epoch)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._last_epoch = dict(state.get("last_epoch", {}))
 
     # --- test time ------------------------------------------------------------------------
@@ -308,7 +311,7 @@ class MPNRecipe(Recipe):
         @torch.no_grad()
         def refine(nodes: torch.Tensor) -> torch.Tensor:
             with torch.autocast(device.type, enabled=device.type == "cuda"):
-                return model.refine(nodes)
+                return cast(MPNEmbedder, model).refine(nodes)
 
         try:
             return refine_in_batches(refine, embeddings, self.test_batches(embeddings), device)

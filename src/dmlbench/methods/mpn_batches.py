@@ -98,7 +98,7 @@ def reciprocal_sets(ranking: np.ndarray, k: int) -> list[np.ndarray]:
         raise ValueError(f"the ranking holds {ranking.shape[1]} neighbours per row, fewer than k = {k}")
     rows = np.arange(len(ranking))
     neighbourhoods = np.concatenate([rows[:, None], ranking[:, :k]], axis=1)  # (N, k + 1)
-    sets = []
+    sets: list[np.ndarray] = []
     for start in range(0, len(rows), KNN_CHUNK):
         block = neighbourhoods[start: start + KNN_CHUNK]  # (c, k + 1)
         backward = neighbourhoods[block]  # (c, k + 1, k + 1): the neighbourhood of each member
@@ -206,7 +206,7 @@ def cluster_batches(assignment: np.ndarray, chunk_size: int, chunks_per_batch: i
     Args:
         assignment: (N,) cluster id of every image (e.g. K-means).
     """
-    chunks = []
+    chunks: list[np.ndarray] = []
     for cluster in np.unique(assignment):
         members = rng.permutation(np.flatnonzero(assignment == cluster))
         chunks.extend(members[i: i + chunk_size] for i in range(0, len(members), chunk_size))

@@ -92,7 +92,7 @@ def _strided(stride: int | tuple[int, ...]) -> bool:
     return any(s > 1 for s in ((stride,) if isinstance(stride, int) else stride))
 
 
-def _glorot(layer: nn.Module) -> None:
+def _glorot(layer: nn.Linear) -> None:
     nn.init.xavier_uniform_(layer.weight)
     nn.init.zeros_(layer.bias)
 
@@ -173,12 +173,14 @@ class AttentionEnsemble(_Ensemble):
         with torch.no_grad():
             for block in self.mask_conv.weight.split(self.feature_channels):
                 nn.init.xavier_uniform_(block, gain=mask_weight_gain)
+            assert self.mask_conv.bias is not None  # Conv2d's default bias=True
             nn.init.constant_(self.mask_conv.bias, mask_bias)
         pooled = backbone.out_channels["pool"]
         count = 1 if shared_embedding else num_learners
-        self.embedding = nn.ModuleList(nn.Linear(pooled, learner_dim) for _ in range(count))
-        for layer in self.embedding:
+        layers = [nn.Linear(pooled, learner_dim) for _ in range(count)]
+        for layer in layers:
             _glorot(layer)
+        self.embedding = nn.ModuleList(layers)
         self._finish_init()
 
     def backbone_copies(self) -> list[nn.Module]:
@@ -244,9 +246,10 @@ class HeadsEnsemble(_Ensemble):
             copy.deepcopy(backbone.stages(branch_after, "pool")) for _ in range(num_learners - 1)
         )
         pooled = backbone.out_channels["pool"]
-        self.embedding = nn.ModuleList(nn.Linear(pooled, learner_dim) for _ in range(num_learners))
-        for layer in self.embedding:
+        layers = [nn.Linear(pooled, learner_dim) for _ in range(num_learners)]
+        for layer in layers:
             _glorot(layer)
+        self.embedding = nn.ModuleList(layers)
         self._finish_init()
 
     def backbone_copies(self) -> list[nn.Module]:

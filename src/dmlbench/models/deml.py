@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +44,7 @@ from dmlbench.models.deml_attention import (
     minmax_scale,
     oam_saliency,
     paste_into_image,
+    spatial_size,
 )
 
 
@@ -139,7 +141,7 @@ class DeMLNetwork(nn.Module):
 
     def learner(self, scale: int, branch: int) -> nn.Linear:
         """The linear layer of CA learner ``branch`` of ``scale`` (one per scale when shared)."""
-        return self.learners[scale][0 if self.share_learners else branch]
+        return cast(nn.Linear, cast(nn.ModuleList, self.learners[scale])[0 if self.share_learners else branch])
 
     def learner_weights(self) -> list[Tensor]:
         """The (w, d1) weight matrix ω_ij of every learner (i, j), scale-major (a shared matrix
@@ -154,7 +156,7 @@ class DeMLNetwork(nn.Module):
 
     # --- forward --------------------------------------------------------------------------
     def _scale_pass(self, scale: int, images: Tensor) -> ScalePass:
-        backbone = self.backbone[scale]
+        backbone = cast(StagedBackbone, self.backbone[scale])
         batch = images.shape[0]
         oam_maps: list[Tensor] = []
         x = backbone.normalize(images)
@@ -164,7 +166,7 @@ class DeMLNetwork(nn.Module):
                 oam_maps.append(x.unsqueeze(0))
         cam_maps = None
         if self.num_cams:
-            cam_maps = torch.stack([cam(x) for cam in self.cams[scale]])  # (J, B, C, h, w)
+            cam_maps = torch.stack([cam(x) for cam in cast(nn.ModuleList, self.cams[scale])])  # (J, B, C, h, w)
             x = cam_maps.flatten(0, 1)
         branches = self.learners_per_scale
         for name, stage in backbone.stages(self.cam_after, "pool").named_children():
@@ -184,14 +186,14 @@ class DeMLNetwork(nn.Module):
     def first_proposal(self, images: Tensor) -> tuple[Tensor, Tensor]:
         """Scale 0's OAM on ``images`` (B, 3, H, W): the saliency (B, H, W) in [0, 1] and the box
         (B, 4) (x0, y0, x1, y1) pixels it crops as scale 1's input (the mechanism-health numbers)."""
-        saliency = self.saliency(self._scale_pass(0, images).oam_maps, tuple(images.shape[-2:]))
+        saliency = self.saliency(self._scale_pass(0, images).oam_maps, spatial_size(images))
         return saliency, attention_box(saliency)
 
     def _passes(self, images: Tensor, last_saliency: bool = False) -> tuple[list[ScalePass], list[Tensor], list[Tensor]]:
         """Embed every scale; return the passes, the saliency map of each scale that was
         computed (all but the last unless ``last_saliency``) and the boxes (B, 4) each scale
         crops from its own input."""
-        size = tuple(images.shape[-2:])
+        size = spatial_size(images)
         x = images
         passes, saliencies, boxes = [], [], []
         for scale in range(self.num_scales):
@@ -225,7 +227,7 @@ class DeMLNetwork(nn.Module):
         - ``cam{j}``: scale 0's CAM-attended map of CAM j averaged over channels, at the
           resolution of ``cam_after`` (scaled to [0, 1] jointly over the J CAMs of each image).
         """
-        size = tuple(images.shape[-2:])
+        size = spatial_size(images)
         passes, saliencies, boxes = self._passes(images, last_saliency=True)
         full = torch.tensor([0.0, 0.0, size[1], size[0]], device=images.device).expand(images.shape[0], 4)
         outer = full

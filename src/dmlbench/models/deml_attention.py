@@ -97,6 +97,7 @@ class ChannelAttention(nn.Module):
         self.gain = IDENTITY_GATE_GAIN if init == "identity" else 1.0
         if init == "identity":
             nn.init.zeros_(self.expand.weight)
+            assert self.expand.bias is not None  # Conv2d's default bias=True
             nn.init.zeros_(self.expand.bias)
 
     def weights(self, features: Tensor) -> Tensor:
@@ -106,6 +107,15 @@ class ChannelAttention(nn.Module):
 
     def forward(self, features: Tensor) -> Tensor:
         return features * self.weights(features)
+
+
+def spatial_size(maps: Tensor) -> tuple[int, int]:
+    """(H, W): the sizes of the last two axes of ``maps`` (..., H, W).
+
+    >>> spatial_size(torch.zeros(2, 3, 5, 7))
+    (5, 7)
+    """
+    return maps.shape[-2], maps.shape[-1]
 
 
 def _grid_squared_distances(height: int, width: int, device: torch.device) -> Tensor:
@@ -307,7 +317,7 @@ def attention_box(saliency: Tensor) -> Tensor:
     8-connected region, made square (:func:`square_box`). A constant map gives the whole image.
     """
     mask = saliency > saliency.mean(dim=(1, 2), keepdim=True)
-    boxes = square_box(mask_box(largest_component(mask)), tuple(saliency.shape[1:]))
+    boxes = square_box(mask_box(largest_component(mask)), spatial_size(saliency))
     constant = ~mask.flatten(1).any(1, keepdim=True)
     full = torch.tensor([0.0, 0.0, saliency.shape[2], saliency.shape[1]], device=saliency.device)
     return torch.where(constant, full.expand_as(boxes), boxes)
@@ -335,8 +345,8 @@ def crop_and_zoom(images: Tensor, boxes: Tensor, size: tuple[int, int] | None = 
     Returns:
         (B, C, h, w); output pixel centres sample the box uniformly (``align_corners=False``).
     """
-    out = tuple(size or images.shape[-2:])
-    grid = F.affine_grid(_affine(boxes, tuple(images.shape[-2:])).to(images.dtype),
+    out = size or spatial_size(images)
+    grid = F.affine_grid(_affine(boxes, spatial_size(images)).to(images.dtype),
                          [images.shape[0], images.shape[1], *out], align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
@@ -402,7 +412,7 @@ def saliency_contrast(saliency: Tensor, objects: Tensor) -> Tensor:
         saliency: (B, H, W).
         objects: (B, 4) (x0, y0, x1, y1) pixels of ``saliency``.
     """
-    inside = box_mask(objects, tuple(saliency.shape[1:]))
+    inside = box_mask(objects, spatial_size(saliency))
     count = inside.sum((1, 2))
     total = float(inside[0].numel())
     mean_in = (saliency * inside).sum((1, 2)) / count.clamp_min(1)

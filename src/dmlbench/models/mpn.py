@@ -29,7 +29,7 @@ test-time batches of equal size are refined in one call.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -161,6 +161,18 @@ class MessagePassingNetwork(nn.Module):
         for step in self.steps:
             nodes = step(nodes)
         return nodes
+
+    def last_attention_scores(self) -> torch.Tensor:
+        """(L, ..., M, n, n): each step's :attr:`MultiHeadDotProductAttention.last_scores` of the last forward.
+
+        Raises:
+            RuntimeError: the network has not run a forward yet.
+        """
+        scores = [cast(MessagePassingStep, step).attention.last_scores for step in self.steps]
+        present = [s for s in scores if s is not None]
+        if len(present) < len(scores):
+            raise RuntimeError("the MPN has no attention scores yet: run a forward first")
+        return torch.stack(present)
 
 
 class MPNEmbedder(nn.Module):

@@ -267,7 +267,7 @@ def evaluate_claim(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str,
     if claim.lower is None:
         replicates = np.concatenate([replicates, np.full((samples, 1), claim.lower_value)], axis=1)
     means = [float(values[:, :, j].mean()) for j in range(values.shape[2])] + (
-        [float(claim.lower_value)] if claim.lower is None else [])
+        [float(claim.lower_value)] if claim.lower_value is not None else [])  # lower None ⇔ lower_value set
     low, high = percentile_interval(replicates)
     difference = replicates[:, 0] - replicates[:, 1]
     d_low, d_high = percentile_interval(difference[:, None], DIFFERENCE_CONFIDENCE)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,8 @@ LEGEND_HEIGHT = 0.7
 LEGEND_MARGIN = 0.1
 #: How much smaller (a share of its area) a figure with the legend at the right must be to be preferred.
 LEGEND_RIGHT_GAIN = 0.1
+#: A legend placement: (``loc``, columns, figure size in inches (width, height)).
+_Placement = tuple[Literal["outside lower center", "outside right upper"], int, tuple[float, float]]
 #: Total spread of the methods' points around each K (in octaves of the log2 axis), so that no method's marker
 #: and error bar hides another's.
 DODGE = 0.5
@@ -114,23 +116,24 @@ def _add_legend(fig: Figure, handles: list[Any], labels: list[str], title: str |
     """
     width, height = fig.get_figwidth(), fig.get_figheight()
     margin = 2 * LEGEND_MARGIN
-    below = None
+    below: _Placement | None = None
     for ncols in range(len(labels), 0, -1):  # the most columns that fit the width (1 if none does)
         legend_w, legend_h = _legend_size(fig, handles, labels, ncols, title)
         if legend_w + margin <= width or ncols == 1:
             below = ("outside lower center", ncols,
                      (max(width, legend_w + margin), height + max(0.0, legend_h + margin - LEGEND_HEIGHT)))
             break
-    rights = []
+    rights: list[_Placement] = []
     for ncols in range(1, min(len(labels), 4) + 1):
         legend_w, legend_h = _legend_size(fig, handles, labels, ncols, title)
         rights.append(("outside right upper", ncols,
                        (width + legend_w + margin, max(height - LEGEND_HEIGHT, legend_h + margin))))
 
-    def area(choice: tuple[str, int, tuple[float, float]]) -> float:
+    def area(choice: _Placement) -> float:
         return choice[2][0] * choice[2][1]
 
     right = min(rights, key=area)
+    assert below is not None  # one column is always taken
     loc, ncols, size = right if area(right) < (1 - LEGEND_RIGHT_GAIN) * area(below) else below
     fig.set_size_inches(*size)
     return fig.legend(handles, labels, loc=loc, ncols=ncols, title=title)
@@ -171,7 +174,7 @@ def seed_half_widths(values: np.ndarray) -> np.ndarray:
         seeds = np.flatnonzero(pattern)
         if len(seeds) < 2:
             continue
-        low, high = percentile_interval(bootstrap_means(values[np.ix_(seeds, columns)][:, None, :]))
+        low, high = percentile_interval(bootstrap_means(values[np.ix_(seeds, np.asarray(columns))][:, None, :]))
         half[columns] = (high - low) / 2
     return half
 

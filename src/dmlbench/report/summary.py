@@ -55,6 +55,14 @@ class _Estimate:
     rows: np.ndarray | None
 
 
+def _decomposed_values(arrays: dict[str, np.ndarray], metric: str, path: Path) -> np.ndarray:
+    """(Q,) :func:`per_query_values` of a metric that has them (the callers pass only such metrics)."""
+    values = per_query_values(arrays, metric, path)
+    if values is None:
+        raise ValueError(f"{metric} has no per-query values: per_query_block takes decomposable metrics only")
+    return values
+
+
 def per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
                     reported: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(S, Q, M) per-query values of ``metrics`` in the runs (seed order) and the (Q,) query rows.
@@ -72,7 +80,7 @@ def per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
         elif not np.array_equal(arrays["row"], rows):
             raise ReportInputError(f"{path}: other test queries than {runs[0].path / PER_QUERY_FILE}; "
                                    "the seeds of one cell must be evaluated on the same test set")
-        block = np.stack([per_query_values(arrays, metric, path) for metric in metrics], axis=1)  # (Q, M)
+        block = np.stack([_decomposed_values(arrays, metric, path) for metric in metrics], axis=1)  # (Q, M)
         stored = reported.loc[run.seed, list(metrics)].to_numpy(dtype=float)
         off = np.flatnonzero(np.abs(block.mean(axis=0) - stored) > AGREEMENT_TOLERANCE)
         if len(off):
@@ -82,6 +90,8 @@ def per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
                 f"{run.path / METRICS_FILE} says {stored[off[0]]:.6f}: the two files come from different "
                 f"evaluations; rerun `dmlbench evaluate` on {run.path / 'embeddings.npz'}")
         blocks.append(block)
+    if rows is None:
+        raise ValueError("per_query_block needs at least one run")
     return np.stack(blocks), rows
 
 
@@ -129,7 +139,8 @@ def _p_values(column: Mapping[str, _Estimate], bold_best: bool, where: str) -> d
             continue
         reference = column[best]
         if estimate.seeds != reference.seeds or (estimate.rows is None) != (reference.rows is None) or (
-                estimate.rows is not None and not np.array_equal(estimate.rows, reference.rows)):
+                estimate.rows is not None and reference.rows is not None
+                and not np.array_equal(estimate.rows, reference.rows)):
             raise ReportInputError(f"{where}: cannot pair {method} with the best row {best}: other seeds or test "
                                    f"queries ({estimate.seeds} vs {reference.seeds} seeds)")
         p_values[method] = worse_p_value(reference.replicates, estimate.replicates)

@@ -69,7 +69,8 @@ def parameter_groups(settings: OptimizerSettings, model: nn.Module, loss: nn.Mod
     Frozen parameters are left out; empty groups are dropped.
     """
     lr = settings.lr
-    copies = model.backbone_copies() if hasattr(model, "backbone_copies") else []
+    backbone_copies = getattr(model, "backbone_copies", None)
+    copies = backbone_copies() if backbone_copies is not None else []
     backbone = [p for module in (model.backbone, *copies) for p in module.parameters()]
     backbone_ids = {id(p) for p in backbone}
     head = {"name": "head", "lr": lr * settings.head_lr_multiplier,

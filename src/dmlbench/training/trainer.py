@@ -403,7 +403,7 @@ class Trainer:
         train = self.data.train
         workers = self.settings.num_workers
         if workers > 0 and not getattr(train, "random_in_workers", True):
-            if self._loader is None:
+            if self._loader is None or self._batches is None:  # made together, once
                 self._batches = EpochBatches()
                 self._loader = DataLoader(train, batch_sampler=self._batches, num_workers=workers,
                                           persistent_workers=True, collate_fn=train.collate_fn,
@@ -429,7 +429,8 @@ class Trainer:
     def _train_recall1(self, batch: int) -> float:
         """R@1 on the training images with the test transform (``training.log_train_recall``), for
         train-vs-test curves; the training rows are the same every epoch."""
-        clean = self.data.train.evaluation_view(self.data.test)
+        # RunData's train and test are datasets of one class; mypy sees each as either class
+        clean = self.data.train.evaluation_view(self.data.test)  # type: ignore[arg-type]
         return recall_at_1(self.recipe, self.model, clean, None, batch, self.device, self.settings.num_workers)
 
     def _score(self, val_r1: float, test_r1: float, epoch: int) -> float:
@@ -446,19 +447,22 @@ class Trainer:
         2 points from another by chance. The global RNG is reseeded at every epoch's start, so nothing
         here changes the training.
         """
+        val = self.data.val
+        if val is None:
+            raise RuntimeError("the init parity is measured on the validation rows: training.val_fraction is 0")
         batch, workers = self.settings.eval_batch_size, self.settings.num_workers
-        method_r1 = recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
+        method_r1 = recall_at_1(self.recipe, self.model, val, None, batch, self.device, workers)
         seed_everything(derive_seed(self.run["seed"], "init"))  # the run's own backbone, also when not pretrained
         backbone = place_model(build_backbone(self.settings.backbone.section), self.settings.channels_last,
                                self.device)
-        pooled = torch.from_numpy(compute_embeddings(backbone, self.data.val, batch, self.device, workers))
+        pooled = torch.from_numpy(compute_embeddings(backbone, val, batch, self.device, workers))
         draws = []
         for draw in range(INIT_PARITY_HEAD_DRAWS):
             seed_everything(derive_seed(self.run["seed"], "init_parity_head", draw))
             head = LinearEmbedding(pooled.shape[1], self.settings.embedding_dim)
             with torch.no_grad():
                 embedded = head(pooled).numpy()
-            draws.append(recall_at_k(embedded, self.data.val.labels, [1])[1])
+            draws.append(recall_at_k(embedded, val.labels, [1])[1])
         reference_r1 = float(np.mean(draws))
         tqdm.write(f"[dmlbench] at init: val R@1 {method_r1:.4f}; the same backbone with a linear head "
                    f"{reference_r1:.4f} (mean of {INIT_PARITY_HEAD_DRAWS} draws, {min(draws):.4f}–{max(draws):.4f})")

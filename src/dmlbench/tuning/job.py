@@ -86,5 +86,6 @@ def tune(config: Mapping[str, Any], dataset: str, method: str, manifest: str | P
         with atomic_outputs(outputs) as tmp:
             tmp["best"].write_text(best_yaml_text(setup, study), encoding="utf-8")
             trials_frame(setup, study).to_csv(tmp["trials"], index=False, lineterminator="\n")
-        return TuneResult(outputs["best"], outputs["trials"], len(completed_trials(study)),
-                          float(best_trial(study).value))
+        best = best_trial(study).value
+        assert best is not None  # a completed trial has its value
+        return TuneResult(outputs["best"], outputs["trials"], len(completed_trials(study)), float(best))

@@ -48,11 +48,13 @@ class Range:
 
     def suggest(self, trial: optuna.Trial) -> Any:
         """The trial's value of this setting (Optuna's parameter name is the dotted key)."""
+        if self.kind == "categorical":
+            return trial.suggest_categorical(self.key, list(self.choices))
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.key}: a {self.kind} range needs low and high (parse_range sets them)")
         if self.kind == "float":
             return trial.suggest_float(self.key, self.low, self.high, log=self.log)
-        if self.kind == "int":
-            return trial.suggest_int(self.key, self.low, self.high, log=self.log)
-        return trial.suggest_categorical(self.key, list(self.choices))
+        return trial.suggest_int(self.key, int(self.low), int(self.high), log=self.log)
 
     def contains(self, value: Any) -> bool:
         """Whether ``value`` is one this range can give (the same type: ``True`` is not the int 1).

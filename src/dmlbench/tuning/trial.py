@@ -88,7 +88,7 @@ class FoldEvaluation:
         started = time.perf_counter()
         run = trial_run(self.config, self.setup, values)
         folder = self.scratch / config_digest({"run": run, "values": values})[:16]
-        scores = []
+        scores: list[float] = []
         for fold in range(len(self.folds)):
             fold_dir = folder / f"fold{fold}"
             score = self._finished_score(fold_dir, run)

@@ -31,19 +31,20 @@ BACKBONES: dict[str, Callable[..., StagedBackbone]] = {
 MODEL_KEYS = ("name", "freeze_bn", "frozen_through")
 
 
-def check_backbone_name(name: Any) -> None:
-    """KeyError naming ``training.backbone.name`` and the known names unless ``name`` is registered;
-    for ``timm:<model>``, ValueError unless timm is installed and knows the model (and tag)."""
+def check_backbone_name(name: Any) -> str:
+    """``name``, checked: KeyError naming ``training.backbone.name`` and the known names unless ``name`` is
+    registered; for ``timm:<model>``, ValueError unless timm is installed and knows the model (and tag)."""
     if isinstance(name, str) and name.startswith("timm:"):
         from dmlbench.models.backbones.timm_backbone import check_timm_name
 
         check_timm_name(name)
-        return
+        return name
     if name not in BACKBONES:
         from dmlbench.errors import did_you_mean
 
         raise KeyError(f"training.backbone.name = {name!r} is unknown{did_you_mean(str(name), BACKBONES)}; "
                        f"known: {sorted(BACKBONES)}, or 'timm:<model>' for a timm model")
+    return name
 
 
 def check_backbone(config: Mapping[str, Any]) -> None:
@@ -70,10 +71,10 @@ def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     A key set to null is left out (the builder's default applies), so an overlay
     that switches backbones can unset the previous backbone's options (e.g. ``width: null``).
     """
-    name = config.get("name")
-    check_backbone_name(name)
+    name = check_backbone_name(config.get("name"))
     kwargs = {k: v for k, v in config.items() if k not in MODEL_KEYS and v is not None}
-    if isinstance(name, str) and name.startswith("timm:"):
+    build: Callable[..., StagedBackbone]
+    if name.startswith("timm:"):
         from dmlbench.models.backbones.timm_backbone import build_timm_backbone
 
         build = functools.partial(build_timm_backbone, name)

@@ -22,6 +22,9 @@ from torch import nn
 class InputNormalization(nn.Module):
     """(x − mean) / std per channel, for RGB inputs in [0, 1]; buffers, not parameters."""
 
+    mean: torch.Tensor  # (1, 3, 1, 1) buffer
+    std: torch.Tensor  # (1, 3, 1, 1) buffer
+
     def __init__(self, mean: Sequence[float], std: Sequence[float]):
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))

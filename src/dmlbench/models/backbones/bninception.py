@@ -47,6 +47,8 @@ BNINCEPTION_MEAN_BGR = (104.0, 117.0, 128.0)
 class CaffeBGRNormalization(nn.Module):
     """RGB in [0, 1] → BGR in 0–255 minus a per-channel mean: (B, 3, H, W) → (B, 3, H, W)."""
 
+    mean: torch.Tensor  # (1, 3, 1, 1) buffer
+
     def __init__(self, mean_bgr: tuple[float, float, float]):
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean_bgr, dtype=torch.float32).view(1, 3, 1, 1))

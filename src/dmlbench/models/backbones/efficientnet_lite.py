@@ -151,8 +151,8 @@ def _stages() -> tuple[OrderedDict[str, nn.Module], dict[str, int]]:
         out_channels[f"block{stage}"] = c_in = c_out
     stages["head"] = _conv_bn_relu6("_conv_head", "_bn1", c_in, HEAD_CHANNELS, 1, 1)
     out_channels["head"] = out_channels["pool"] = HEAD_CHANNELS
-    for stage in stages.values():  # TensorFlow's EfficientNet conv initialiser: N(0, 2 / fan_out)
-        for m in stage.modules():
+    for part in stages.values():  # TensorFlow's EfficientNet conv initialiser: N(0, 2 / fan_out)
+        for m in part.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out")
     return stages, out_channels

@@ -52,7 +52,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -135,13 +135,27 @@ def check_timm_name(name: Any) -> str:
     return model
 
 
+class _TimmForwards(Protocol):
+    """The two methods every timm model has besides ``forward`` (the stages call them)."""
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor: ...
+
+
+def _pretrained_cfg(model: nn.Module) -> dict[str, Any]:
+    """The ``pretrained_cfg`` dict timm sets on every model it creates."""
+    return cast(dict[str, Any], model.pretrained_cfg)
+
+
 # --- weights ----------------------------------------------------------------------------------------------
 
 def _layout(name: str, model: nn.Module) -> WeightLayout:
     """The model's own key layout; the classifier keys of a checkpoint are skipped."""
-    classifier = model.pretrained_cfg.get("classifier") or ()
+    cfg = _pretrained_cfg(model)
+    classifier = cfg.get("classifier") or ()
     classifiers = (classifier,) if isinstance(classifier, str) else tuple(classifier)
-    return WeightLayout(name=f"timm {model.pretrained_cfg.get('architecture', name)}", backbone=name,
+    return WeightLayout(name=f"timm {cfg.get('architecture', name)}", backbone=name,
                         checkpoint_key=lambda key: key, ignored_prefixes=tuple(f"{c}." for c in classifiers))
 
 
@@ -154,7 +168,7 @@ def _fetch_hint(model_name: str) -> str:
 
 def _cached_file(name: str, model: nn.Module) -> WeightsFile:
     """The model's pretrained file in timm's cache (Hugging Face hub cache, else torch hub cache)."""
-    cfg = model.pretrained_cfg
+    cfg = _pretrained_cfg(model)
     model_name = f"{cfg.get('architecture')}.{cfg.get('tag')}" if cfg.get("tag") else str(cfg.get("architecture"))
     looked: list[str] = []
     hub_id = cfg.get("hf_hub_id")
@@ -234,9 +248,10 @@ class _TimmPart(nn.Module):
         self.method = method
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        net = cast(_TimmForwards, self.net)
         if self.method == "forward_head":
-            return self.net.forward_head(x, pre_logits=True)
-        return self.net.forward_features(x)
+            return net.forward_head(x, pre_logits=True)
+        return net.forward_features(x)
 
     def extra_repr(self) -> str:
         return f"{type(self.net).__name__}.{self.method}"
@@ -289,10 +304,10 @@ def _calls(modules: list[tuple[str, nn.Module]]) -> Iterator[list[str]]:
 def _check_input(model: nn.Module) -> torch.Tensor:
     """A fixed (1, 3, s, s) input (its own RNG: the global one is left alone)."""
     size = CHECK_SIZE
-    fixed = model.pretrained_cfg.get("fixed_input_size") or getattr(getattr(model, "patch_embed", None),
-                                                                  "strict_img_size", False)
+    cfg = _pretrained_cfg(model)
+    fixed = cfg.get("fixed_input_size") or getattr(getattr(model, "patch_embed", None), "strict_img_size", False)
     if fixed:
-        size = int(model.pretrained_cfg.get("input_size", (3, 224, 224))[-1])
+        size = int(cfg.get("input_size", (3, 224, 224))[-1])
     generator = torch.Generator().manual_seed(0)
     return torch.rand(1, 3, size, size, generator=generator)
 
@@ -315,7 +330,8 @@ def _sequential_stages(model: nn.Module, head: nn.Module, x: torch.Tensor, featu
     """Named stages from ``feature_info`` (+ the rest of ``forward_features``, + ``pool``), or None when the
     model does not run as that sequence of modules (checked on ``x`` against ``features`` and ``pooled``)."""
     info = getattr(model, "feature_info", None)
-    if not info or list(model.parameters(recurse=False)) or list(model.buffers(recurse=False)):
+    own_tensors = [*model.parameters(recurse=False), *model.buffers(recurse=False)]
+    if not info or own_tensors:
         return None
     feature_modules = [str(f["module"]) for f in info]
     channels = {f["module"]: f["num_chs"] for f in info}
@@ -333,7 +349,7 @@ def _sequential_stages(model: nn.Module, head: nn.Module, x: torch.Tensor, featu
             group = []
     leftover = units[last + 1:]
     with torch.no_grad(), _calls(leftover) as called:
-        model.forward_features(x)
+        cast(_TimmForwards, model).forward_features(x)
     tail = [(n, m) for n, m in leftover if n in called]
     tail.sort(key=lambda unit: called.index(unit[0]))
     if tail:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -90,9 +90,9 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
                                                 np.random.default_rng(0))
             for kind in KINDS:
                 if len(distances[kind]):
-                    _, _, patches = ax.hist(distances[kind], bins=BINS, density=True, histtype="stepfilled",
+                    _, _, patches = ax.hist(distances[kind], bins=BINS.tolist(), density=True, histtype="stepfilled",
                                             alpha=0.45, color=_COLORS[kind])
-                    handles[kind] = patches[0]
+                    handles[kind] = cast(list, patches)[0]  # "stepfilled", one data set: [Polygon]
                     ax.axvline(float(distances[kind].mean()), color=_COLORS[kind], linewidth=1.0, linestyle="--")
             ax.set(title=_plain(method_label(config, method)), xlabel="Euclidean distance (unit-norm embedding)",
                    ylabel="density", xlim=(0, 2))

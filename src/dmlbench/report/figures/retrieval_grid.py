@@ -151,7 +151,7 @@ def retrieve(embeddings: np.ndarray, labels: np.ndarray, split: np.ndarray | Non
     correct = task.database_labels[neighbours] == task.query_labels[picked, None]
     return Retrieval(
         query_rows=task.query_rows[picked],
-        neighbour_rows=neighbours if all_vs_all else task.database_rows[neighbours],
+        neighbour_rows=neighbours if task.database_rows is None else task.database_rows[neighbours],
         correct=correct,
         first_hit_rank=first_hit_ranks(x, database, task, picked, correct),
     )
