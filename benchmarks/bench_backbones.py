@@ -74,9 +74,15 @@ def measure(name: str, size: int, args: argparse.Namespace, device: torch.device
     peak_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else float("nan")
     backbone.eval()
     embed_seconds = timed_median(embed_step, device, args.warmup, args.steps)
-    return {"backbone": name, "size": size, "batch": args.batch, "amp": args.amp,
-            "train_img_s": args.batch / train_seconds, "embed_img_s": args.batch / embed_seconds,
-            "train_peak_mib": peak_mib}
+    return {
+        "backbone": name,
+        "size": size,
+        "batch": args.batch,
+        "amp": args.amp,
+        "train_img_s": args.batch / train_seconds,
+        "embed_img_s": args.batch / embed_seconds,
+        "train_peak_mib": peak_mib,
+    }
 
 
 def main() -> None:
@@ -100,16 +106,21 @@ def main() -> None:
         print(f"# {torch.cuda.get_device_name(device)}, torch {torch.__version__}")
     else:
         print(f"# CPU, {torch.get_num_threads()} threads, torch {torch.__version__}")
-    print(f"# batch {args.batch}, amp {args.amp}, channels_last {args.channels_last}, "
-          f"median of {args.steps} steps after {args.warmup} warm-up")
+    print(
+        f"# batch {args.batch}, amp {args.amp}, channels_last {args.channels_last}, "
+        f"median of {args.steps} steps after {args.warmup} warm-up"
+    )
     print(f"{'backbone':<20}{'size':>6}{'train img/s':>14}{'embed img/s':>14}{'train peak MiB':>16}")
     results = []
     for name in args.backbones:
         for size in args.sizes:
             row = measure(name, size, args, device)
             results.append(row)
-            print(f"{name:<20}{size:>6}{row['train_img_s']:>14.1f}{row['embed_img_s']:>14.1f}"
-                  f"{row['train_peak_mib']:>16.0f}", flush=True)
+            print(
+                f"{name:<20}{size:>6}{row['train_img_s']:>14.1f}{row['embed_img_s']:>14.1f}"
+                f"{row['train_peak_mib']:>16.0f}",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

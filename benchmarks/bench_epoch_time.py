@@ -48,7 +48,9 @@ def main() -> None:
     config = load_config(args.config or ["params.yaml"])
     spec = config["tables"][args.table]
     total, missing = 0.0, []
-    print(f"{'dataset':10s} {'method':22s} {'s/epoch':>14s} {'img/s':>8s} {'epochs':>6s} {'train s':>8s} {'wait %':>7s}")
+    print(
+        f"{'dataset':10s} {'method':22s} {'s/epoch':>14s} {'img/s':>8s} {'epochs':>6s} {'train s':>8s} {'wait %':>7s}"
+    )
     for dataset in spec["datasets"]:
         for method in spec["methods"]:
             per_seed = []
@@ -66,9 +68,11 @@ def main() -> None:
             train = sum(s * n for s, _, n, _ in per_seed)
             total += train
             spread = statistics.stdev(seconds) if len(seconds) > 1 else 0.0
-            print(f"{dataset:10s} {method:22s} {statistics.mean(seconds):7.2f} ± {spread:4.2f} "
-                  f"{statistics.mean(i for _, i, _, _ in per_seed):8.0f} {per_seed[0][2]:6d} {train:8.0f} "
-                  f"{100 * statistics.mean(w for _, _, _, w in per_seed):7.1f}")
+            print(
+                f"{dataset:10s} {method:22s} {statistics.mean(seconds):7.2f} ± {spread:4.2f} "
+                f"{statistics.mean(i for _, i, _, _ in per_seed):8.0f} {per_seed[0][2]:6d} {train:8.0f} "
+                f"{100 * statistics.mean(w for _, _, _, w in per_seed):7.1f}"
+            )
     print(f"training seconds, all runs of {args.table}: {total:.0f} (≈ {total / 2 / 60:.1f} min on 2 cores)")
     if missing:
         print(f"{len(missing)} runs have no log yet, e.g. {missing[0]}: build the table first")

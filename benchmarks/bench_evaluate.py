@@ -261,12 +261,28 @@ def run_pml_defaults(data_dir: Path) -> dict:
 
 
 #: (our key, PML's key) of the same metric, for the side-by-side table.
-SAME_METRICS = (("R@1", "precision_at_1"), *((f"R@{k}", f"recall_at_{k}") for k in SOP_RECALL_KS[1:]),
-                ("MAP@R", "mean_average_precision_at_r"), ("RP", "r_precision"), ("NMI", "NMI"))
+SAME_METRICS = (
+    ("R@1", "precision_at_1"),
+    *((f"R@{k}", f"recall_at_{k}") for k in SOP_RECALL_KS[1:]),
+    ("MAP@R", "mean_average_precision_at_r"),
+    ("RP", "r_precision"),
+    ("NMI", "NMI"),
+)
 
 #: Our phases in the order they run (:mod:`dmlbench.evaluation.timing`); "start-up, other" is the rest.
-PHASES = ("read embeddings", "checks", "kNN search", "deeper search", "exact first-hit ranks", "MAP@R/RP",
-          "K-means", "NMI score", "per-query arrays", "per-query file", "metrics file")
+PHASES = (
+    "read embeddings",
+    "checks",
+    "kNN search",
+    "deeper search",
+    "exact first-hit ranks",
+    "MAP@R/RP",
+    "K-means",
+    "NMI score",
+    "per-query arrays",
+    "per-query file",
+    "metrics file",
+)
 
 
 def run_process(worker_name: str, data_dir: Path, argv: list[str], timeout: float | None) -> dict:
@@ -296,8 +312,13 @@ def run_process(worker_name: str, data_dir: Path, argv: list[str], timeout: floa
         if child.returncode:
             raise SystemExit(f"{worker_name} failed ({child.returncode}):\n{err.read()}")
         result = json.loads(out.read().strip().splitlines()[-1])
-    return {**result, "tool": worker_name, "seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime,
-            "peak_rss_mib": usage.ru_maxrss / 1024}
+    return {
+        **result,
+        "tool": worker_name,
+        "seconds": seconds,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mib": usage.ru_maxrss / 1024,
+    }
 
 
 def side_by_side(args: argparse.Namespace, argv: list[str]) -> None:
@@ -320,8 +341,11 @@ def side_by_side(args: argparse.Namespace, argv: list[str]) -> None:
                 result = run_process(tool, Path(tmp), argv, args.timeout)
                 results[tool].append(result)
                 if "seconds" in result:
-                    print(f"{tool:>12}: {result['seconds']:7.1f} s wall, {result['cpu_seconds']:7.1f} s CPU, "
-                          f"peak RSS {result['peak_rss_mib']:6.0f} MiB", flush=True)
+                    print(
+                        f"{tool:>12}: {result['seconds']:7.1f} s wall, {result['cpu_seconds']:7.1f} s CPU, "
+                        f"peak RSS {result['peak_rss_mib']:6.0f} MiB",
+                        flush=True,
+                    )
                 else:
                     print(f"{tool:>12}: stopped after {result['timed_out_after_s']:.0f} s (timeout)", flush=True)
     print_side_by_side(results)
@@ -345,8 +369,10 @@ def print_side_by_side(results: dict[str, list[dict]]) -> None:
         rest_cpu = ours["cpu_seconds"] - sum(times["cpu"] for times in phases.values())
         print(f"  {'start-up, imports, other':<26} {rest:8.2f} {100 * rest / ours['seconds']:5.1f}% {rest_cpu:8.2f}")
         print(f"  {'total (whole process)':<26} {ours['seconds']:8.2f} {100.0:5.1f}% {ours['cpu_seconds']:8.2f}")
-        print(f"  K-means iterations: {ours['metrics']['kmeans_iterations']:g} (ceiling "
-              f"{ours['metrics']['kmeans_niter']:g})")
+        print(
+            f"  K-means iterations: {ours['metrics']['kmeans_iterations']:g} (ceiling "
+            f"{ours['metrics']['kmeans_niter']:g})"
+        )
     if ours and pml:
         print("\nmetric       ours     pml")
         for our_key, pml_key in SAME_METRICS:
@@ -354,12 +380,16 @@ def print_side_by_side(results: dict[str, list[dict]]) -> None:
                 print(f"  {our_key:<8} {ours['metrics'][our_key]:.4f}  {pml['metrics'][pml_key]:.4f}")
     print("\nside by side (median of the runs):")
     for tool, run in median.items():
-        print(f"  {tool:>12}: {run['seconds']:7.1f} s wall, {run['cpu_seconds']:7.1f} s CPU, peak RSS "
-              f"{run['peak_rss_mib']:6.0f} MiB over {len(done[tool])} run(s)")
+        print(
+            f"  {tool:>12}: {run['seconds']:7.1f} s wall, {run['cpu_seconds']:7.1f} s CPU, peak RSS "
+            f"{run['peak_rss_mib']:6.0f} MiB over {len(done[tool])} run(s)"
+        )
     if ours and pml:
-        print(f"  speed ratio pml / ours (wall): {pml['seconds'] / ours['seconds']:.2f}x (goal >= 2); CPU: "
-              f"{pml['cpu_seconds'] / ours['cpu_seconds']:.2f}x; memory pml / ours: "
-              f"{pml['peak_rss_mib'] / ours['peak_rss_mib']:.1f}x")
+        print(
+            f"  speed ratio pml / ours (wall): {pml['seconds'] / ours['seconds']:.2f}x (goal >= 2); CPU: "
+            f"{pml['cpu_seconds'] / ours['cpu_seconds']:.2f}x; memory pml / ours: "
+            f"{pml['peak_rss_mib'] / ours['peak_rss_mib']:.1f}x"
+        )
 
 
 def worker(tool: str, data_dir: Path, args: argparse.Namespace) -> None:
@@ -449,7 +479,7 @@ def flat_search(embeddings: np.ndarray, k: int, chunk_size: int, backend: str) -
 
     index = make_index(embeddings, k, backend)
     for start in range(0, len(embeddings), chunk_size):
-        index.search(embeddings[start:start + chunk_size], k)
+        index.search(embeddings[start : start + chunk_size], k)
 
 
 def timed(function, *args, **kwargs):
@@ -560,11 +590,18 @@ def bound(args: argparse.Namespace) -> None:
     for line in lines:
         show(*line)
     for row in kmeans_by_iterations(embeddings, labels, args.seed):
-        show(f"K-means to {row['checkpoint']:>3} (done {row['iterations']:>3}): NMI {row['nmi']:.4f}, "
-             f"obj {row['objective']:.1f} (s)", f"{row['seconds']:.1f}", f"{row['seconds'] * kscale:.0f}")
+        show(
+            f"K-means to {row['checkpoint']:>3} (done {row['iterations']:>3}): NMI {row['nmi']:.4f}, "
+            f"obj {row['objective']:.1f} (s)",
+            f"{row['seconds']:.1f}",
+            f"{row['seconds'] * kscale:.0f}",
+        )
     per_iteration = row["seconds"] / row["iterations"]
-    show("  K-means s/iteration; ratio to GEMM bound", f"{per_iteration:.2f}; "
-         f"{per_iteration / (kmeans_flop_per_iteration / rate):.2f}", f"{per_iteration * kscale:.2f}")
+    show(
+        "  K-means s/iteration; ratio to GEMM bound",
+        f"{per_iteration:.2f}; {per_iteration / (kmeans_flop_per_iteration / rate):.2f}",
+        f"{per_iteration * kscale:.2f}",
+    )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -580,17 +617,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a tool is stopped")
     parser.add_argument("--repeat", type=int, default=1, help="runs per tool, interleaved (the machine may be shared)")
     parser.add_argument("--no-nmi", action="store_true", help="retrieval metrics only, no K-means (--same-kmeans)")
-    parser.add_argument("--pml-default-kmeans", action="store_true",
-                        help="PML's own K-means, 20 iterations (--same-kmeans)")
+    parser.add_argument(
+        "--pml-default-kmeans", action="store_true", help="PML's own K-means, 20 iterations (--same-kmeans)"
+    )
     parser.add_argument("--noise", type=float, default=3.0, help="per-item noise scale of the synthetic data")
-    parser.add_argument("--intrinsic-dim", type=int, default=None,
-                        help="generate the data in this many dimensions, mapped into d")
+    parser.add_argument(
+        "--intrinsic-dim", type=int, default=None, help="generate the data in this many dimensions, mapped into d"
+    )
     parser.add_argument("--embeddings", type=Path, help="--bound on a run's embeddings.npz instead of synthetic data")
     parser.add_argument("--bound", action="store_true", help="kNN and K-means against the GEMM bound (see above)")
-    parser.add_argument("--backend", choices=("auto", "faiss", "torch"), default="auto",
-                        help="kNN search of --bound: as the evaluation chooses, faiss, or torch")
-    parser.add_argument("--same-kmeans", action="store_true",
-                        help="the earlier comparison: both tools in-process with the same K-means settings")
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "faiss", "torch"),
+        default="auto",
+        help="kNN search of --bound: as the evaluation chooses, faiss, or torch",
+    )
+    parser.add_argument(
+        "--same-kmeans",
+        action="store_true",
+        help="the earlier comparison: both tools in-process with the same K-means settings",
+    )
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args(argv)

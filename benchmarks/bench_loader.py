@@ -49,8 +49,9 @@ RESIZE = {224: 256, 128: 146}
 
 def write_images(folder: Path, count: int, size: tuple[int, int], source: Path | None) -> list[str]:
     """``count`` JPEGs of ``size`` (width, height) in ``folder``, from ``source``'s images when given."""
-    files = sorted(p for p in source.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))[:count] \
-        if source else []
+    files = (
+        sorted(p for p in source.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png"))[:count] if source else []
+    )
     rng = np.random.default_rng(0)
     paths = []
     for i in range(count):
@@ -67,9 +68,15 @@ def write_images(folder: Path, count: int, size: tuple[int, int], source: Path |
 
 def loader_rate(dataset: ImageSet, workers: int, batch_size: int, passes: int) -> float:
     """Images per second delivered by a shuffling DataLoader over ``dataset`` (after one warm-up batch)."""
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
-                        collate_fn=dataset.collate_fn, generator=torch.Generator().manual_seed(0),
-                        persistent_workers=workers > 0)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        collate_fn=dataset.collate_fn,
+        generator=torch.Generator().manual_seed(0),
+        persistent_workers=workers > 0,
+    )
     next(iter(loader))
     started, seen = time.perf_counter(), 0
     for _ in range(passes):
@@ -80,16 +87,22 @@ def loader_rate(dataset: ImageSet, workers: int, batch_size: int, passes: int) -
 
 def augmentation_rate(dataset: StoredImageDataset, batch_size: int, batches: int) -> float:
     """Images per second of :func:`augment_batch` on this CPU (what a CPU run pays; a GPU run does it on the GPU)."""
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, collate_fn=dataset.collate_fn,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        collate_fn=dataset.collate_fn,
+        generator=torch.Generator().manual_seed(0),
+    )
     generator = torch.Generator().manual_seed(0)
     elapsed, seen = 0.0, 0
     for step, (images, _, indices) in enumerate(loader):
         if step == batches:
             break
         started = time.perf_counter()
-        augment_batch(images, dataset.sizes[indices], dataset.image.train_crop, dataset.image.crop_scale,
-                      True, generator)
+        augment_batch(
+            images, dataset.sizes[indices], dataset.image.train_crop, dataset.image.crop_scale, True, generator
+        )
         elapsed += time.perf_counter() - started
         seen += len(images)
     return seen / elapsed
@@ -99,15 +112,21 @@ def report(name: str, crop: int, rates: Iterable[tuple[int, float]]) -> None:
     backbone, target = GPU_TARGETS[crop]
     for workers, rate in rates:
         per_core = rate / max(workers, 1)
-        print(f"  {name:14s} {crop:4d} px  {workers} worker(s): {rate:8.0f} img/s = {per_core:7.0f} per core"
-              f"  → {target / per_core:5.1f} cores to feed {backbone} ({target:.0f} img/s)")
+        print(
+            f"  {name:14s} {crop:4d} px  {workers} worker(s): {rate:8.0f} img/s = {per_core:7.0f} per core"
+            f"  → {target / per_core:5.1f} cores to feed {backbone} ({target:.0f} img/s)"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     default_source = os.environ.get("DMLBENCH_CUB200_ROOT")
-    parser.add_argument("--source", type=Path, default=Path(default_source) / "images" if default_source else None,
-                        help="folder of images to re-encode (default $DMLBENCH_CUB200_ROOT/images)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        default=Path(default_source) / "images" if default_source else None,
+        help="folder of images to re-encode (default $DMLBENCH_CUB200_ROOT/images)",
+    )
     parser.add_argument("--count", type=int, default=512, help="images in the benchmark set")
     parser.add_argument("--size", default="500x375", help="width x height of each JPEG (px)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="loader processes to time")
@@ -122,22 +141,28 @@ def main() -> None:
         paths = write_images(folder, args.count, (width, height), args.source)
         labels = np.arange(len(paths)) % 16
         mean_kb = np.mean([os.path.getsize(p) for p in paths]) / 1024
-        print(f"{len(paths)} JPEGs of {width}×{height} px (mean {mean_kb:.0f} KB) from "
-              f"{args.source or 'random smooth images'}; {os.cpu_count()} cores here; batch {args.batch_size}")
+        print(
+            f"{len(paths)} JPEGs of {width}×{height} px (mean {mean_kb:.0f} KB) from "
+            f"{args.source or 'random smooth images'}; {os.cpu_count()} cores here; batch {args.batch_size}"
+        )
         for crop in args.crops:
-            image = ImageSettings(resize=RESIZE[crop], test_crop=crop, train_crop=crop, crop_scale=(0.08, 1.0),
-                                  flip=True)
+            image = ImageSettings(
+                resize=RESIZE[crop], test_crop=crop, train_crop=crop, crop_scale=(0.08, 1.0), flip=True
+            )
             pil = ImageDataset(paths, labels, training_transform(image))
             report("pil", crop, [(w, loader_rate(pil, w, args.batch_size, args.passes)) for w in args.workers])
             started = time.perf_counter()
             store = open_store(paths, RESIZE[crop], workers=1, root=folder / "store")
             build = len(paths) / (time.perf_counter() - started)
             stored = StoredImageDataset(store, paths, labels, image, train=True)
-            report("decoded_uint8", crop,
-                   [(w, loader_rate(stored, w, args.batch_size, args.passes)) for w in args.workers])
-            print(f"  {'':14s} {crop:4d} px  one-time store decode: {build:.0f} img/s on one core; "
-                  f"device augmentation on the CPU: {augmentation_rate(stored, args.batch_size, 8):.0f} img/s "
-                  f"on one thread")
+            report(
+                "decoded_uint8", crop, [(w, loader_rate(stored, w, args.batch_size, args.passes)) for w in args.workers]
+            )
+            print(
+                f"  {'':14s} {crop:4d} px  one-time store decode: {build:.0f} img/s on one core; "
+                f"device augmentation on the CPU: {augmentation_rate(stored, args.batch_size, 8):.0f} img/s "
+                f"on one thread"
+            )
 
 
 if __name__ == "__main__":

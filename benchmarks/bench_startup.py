@@ -28,8 +28,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the libraries that dominate start-up when imported; each command lists those it imported.
-HEAVY = ("torch", "torchvision", "torch._dynamo", "pytorch_metric_learning", "faiss", "sklearn", "scipy",
-         "pandas", "matplotlib", "jsonschema")
+HEAVY = (
+    "torch",
+    "torchvision",
+    "torch._dynamo",
+    "pytorch_metric_learning",
+    "faiss",
+    "sklearn",
+    "scipy",
+    "pandas",
+    "matplotlib",
+    "jsonschema",
+)
 
 #: run in a fresh interpreter: one command through the CLI's ``main``, then its CPU time and modules as JSON.
 CHILD = """
@@ -50,17 +60,58 @@ def commands(work: Path, configs: list[str], dataset: str, method: str, table: s
     occupied = work / "occupied"  # a folder prepare did not make: it refuses to replace it
     return {
         "prepare": ["prepare", dataset, "--out", str(occupied), *config],
-        "pretrain": ["pretrain", "--dataset", dataset, "--prepared", str(missing), "--no-progress", "--threads", "1",
-                     *config],
-        "train": ["train", "--dataset", dataset, "--method", method, "--seed", "0", "--manifest",
-                  str(missing / "manifest.csv"), "--out", str(work / "run"), "--threads", "1", "--no-progress",
-                  *config],
-        "embed": ["embed", str(missing), "--manifest", str(missing / "manifest.csv"), "--out",
-                  str(work / "embeddings.npz"), "--threads", "1"],
-        "evaluate": ["evaluate", str(missing / "embeddings.npz"), "--out", str(work / "metrics.json"),
-                     "--per-query", str(work / "per_query.npz"), "--dataset", dataset, *config, "--threads", "1"],
-        "report": ["report", table, "--tables-dir", str(work / "tables"), "--plots-dir", str(work / "plots"),
-                   *config],
+        "pretrain": [
+            "pretrain",
+            "--dataset",
+            dataset,
+            "--prepared",
+            str(missing),
+            "--no-progress",
+            "--threads",
+            "1",
+            *config,
+        ],
+        "train": [
+            "train",
+            "--dataset",
+            dataset,
+            "--method",
+            method,
+            "--seed",
+            "0",
+            "--manifest",
+            str(missing / "manifest.csv"),
+            "--out",
+            str(work / "run"),
+            "--threads",
+            "1",
+            "--no-progress",
+            *config,
+        ],
+        "embed": [
+            "embed",
+            str(missing),
+            "--manifest",
+            str(missing / "manifest.csv"),
+            "--out",
+            str(work / "embeddings.npz"),
+            "--threads",
+            "1",
+        ],
+        "evaluate": [
+            "evaluate",
+            str(missing / "embeddings.npz"),
+            "--out",
+            str(work / "metrics.json"),
+            "--per-query",
+            str(work / "per_query.npz"),
+            "--dataset",
+            dataset,
+            *config,
+            "--threads",
+            "1",
+        ],
+        "report": ["report", table, "--tables-dir", str(work / "tables"), "--plots-dir", str(work / "plots"), *config],
         "list methods": ["list", "methods", *config],
     }
 
@@ -95,9 +146,14 @@ def planned_processes(configs: list[str], table: str) -> dict[str, int]:
     embedded = [m for m in methods if not ensemble_spec(config, m)]
     datasets = spec["datasets"]
     runs = len(datasets) * seeds
-    return {"prepare": len(datasets), "pretrain": len([d for d in datasets if d in config.get("pretraining", {})]),
-            "train": runs * len(trained), "embed": runs * len(embedded), "evaluate": runs * len(methods),
-            "report": 1}
+    return {
+        "prepare": len(datasets),
+        "pretrain": len([d for d in datasets if d in config.get("pretraining", {})]),
+        "train": runs * len(trained),
+        "embed": runs * len(embedded),
+        "evaluate": runs * len(methods),
+        "report": 1,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,13 +197,17 @@ def main(argv: list[str] | None = None) -> None:
             times, last = measure(code, work, args.repeat)
             expected = 0 if name.startswith("list") else 2
             if last["status"] != expected:
-                raise SystemExit(f"dmlbench {name}: exit status {last['status']}, expected {expected} "
-                                 f"(its missing input): {' '.join(last['stderr'])}")
+                raise SystemExit(
+                    f"dmlbench {name}: exit status {last['status']}, expected {expected} "
+                    f"(its missing input): {' '.join(last['stderr'])}"
+                )
             count = plan.get(name, 0)
             total += count * min(times)
             jobs = f"  × {count} in {args.table}" if count else ""
-            print(f"dmlbench {name:<13} {min(times):6.2f} {statistics.median(times):7.2f}  "
-                  f"{' '.join(last['heavy']) or '-'}{jobs}")
+            print(
+                f"dmlbench {name:<13} {min(times):6.2f} {statistics.median(times):7.2f}  "
+                f"{' '.join(last['heavy']) or '-'}{jobs}"
+            )
             if args.verbose:
                 print(f"    {' '.join(last['stderr'])}")
     print(f"start-up CPU of the {args.table} job's {sum(plan.values())} dmlbench processes: {total:.0f} s")

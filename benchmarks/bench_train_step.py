@@ -66,7 +66,7 @@ def train_images_per_s(run: dict[str, Any], batches: int, warmup: int, device: t
     run = copy.deepcopy(run)
     options = run["method_config"].get("options") or {}
     if options.get("warmup_epochs") == 0:  # D&C clusters the training images at epoch 1: time its warm-up
-        options["warmup_epochs"] = 1       # phase instead, the same network and step (see the module doc)
+        options["warmup_epochs"] = 1  # phase instead, the same network and step (see the module doc)
     recipe = build_recipe(run)
     settings = recipe.settings
     classes, per_class = settings.sampler.classes_per_batch, settings.sampler.images_per_class
@@ -114,8 +114,13 @@ def main() -> None:
     parser.add_argument("--table", default="table1")
     parser.add_argument("--dataset", default=None, help="default: the table's first dataset")
     parser.add_argument("--methods", nargs="+", default=None, help="default: the table's trained methods")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-                        help="override a config key for every method (YAML value)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY.PATH=VALUE",
+        help="override a config key for every method (YAML value)",
+    )
     parser.add_argument("--batches", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")

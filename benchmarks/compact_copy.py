@@ -57,8 +57,9 @@ def kept_image_ids(root: Path, every_nth_class: int) -> set[str]:
 
 def filtered_lines(path: Path, kept: set[str], column: int = 0) -> str:
     """The lines of a list file whose ``column``-th field is a kept id (all lines of ``classes.txt``)."""
-    return "".join(line + "\n" for line in path.read_text().splitlines()
-                   if line.strip() and line.split()[column] in kept)
+    return "".join(
+        line + "\n" for line in path.read_text().splitlines() if line.strip() and line.split()[column] in kept
+    )
 
 
 def compact_copy(root: Path, out: Path, short_side: int, quality: int, every_nth_class: int = 1) -> dict[str, float]:
@@ -89,7 +90,8 @@ def compact_copy(root: Path, out: Path, short_side: int, quality: int, every_nth
                 size = scaled_size(*image.size, short_side)
                 factors[image_id] = size[0] / image.size[0]
                 image.convert("RGB" if image.mode != "L" else "L").resize(size, Image.BICUBIC).save(
-                    target, "JPEG", quality=quality)
+                    target, "JPEG", quality=quality
+                )
             source_bytes += source.stat().st_size
             written_bytes += target.stat().st_size
         boxes = []
@@ -117,8 +119,10 @@ def main() -> None:
     parser.add_argument("--every-nth-class", type=int, default=1, help="keep every N-th class only")
     args = parser.parse_args()
     numbers = compact_copy(args.root, args.out, args.short_side, args.quality, args.every_nth_class)
-    print(f"{numbers['images']:.0f} images: {numbers['copy_MiB']:.1f} MiB "
-          f"(source {numbers['source_MiB']:.1f} MiB) in {args.out}")
+    print(
+        f"{numbers['images']:.0f} images: {numbers['copy_MiB']:.1f} MiB "
+        f"(source {numbers['source_MiB']:.1f} MiB) in {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -79,12 +79,18 @@ def utilisation_sampler(device: torch.device) -> Iterator[list[float]]:
         thread.join()
 
 
-def smoke_run(config: Mapping[str, Any], dataset: str, method: str, pipeline: str, deterministic: bool,
-              num_workers: int, device: torch.device) -> dict[str, Any]:
+def smoke_run(
+    config: Mapping[str, Any],
+    dataset: str,
+    method: str,
+    pipeline: str,
+    deterministic: bool,
+    num_workers: int,
+    device: torch.device,
+) -> dict[str, Any]:
     """``method``'s resolved run, set to train on ``device`` with this data path and determinism."""
     run = copy.deepcopy(resolve_run(config, dataset, method, 0))
-    run["training"].update(pipeline=pipeline, deterministic=deterministic, device=str(device),
-                           num_workers=num_workers)
+    run["training"].update(pipeline=pipeline, deterministic=deterministic, device=str(device), num_workers=num_workers)
     return run
 
 
@@ -94,8 +100,9 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_steps(run: dict[str, Any], data: RunData, steps: int, warmup: int, limit_s: float,
-               device: torch.device) -> dict[str, Any]:
+def time_steps(
+    run: dict[str, Any], data: RunData, steps: int, warmup: int, limit_s: float, device: torch.device
+) -> dict[str, Any]:
     """Train ``warmup`` then ``steps`` batches of ``run`` with its own Trainer; measure the second pass."""
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(run, data, Path(scratch) / "out", Path(scratch), device, progress=False)
@@ -103,10 +110,14 @@ def time_steps(run: dict[str, Any], data: RunData, steps: int, warmup: int, limi
         with trainer.kernel_warnings.watch("warm-up"):
             warm = trainer.train_epoch(1)
         if warm.step_seconds > limit_s:  # a stalled path: do not wait for the timed steps too
-            return {"images_per_s": warm.images / warm.step_seconds,
-                    "loader_wait_share": warm.loader_wait_seconds / warm.step_seconds, "peak_MiB": float("nan"),
-                    "gpu_utilisation": float("nan"),
-                    "nondeterministic_ops": trainer.kernel_warnings.nondeterministic_ops(), "stalled": True}
+            return {
+                "images_per_s": warm.images / warm.step_seconds,
+                "loader_wait_share": warm.loader_wait_seconds / warm.step_seconds,
+                "peak_MiB": float("nan"),
+                "gpu_utilisation": float("nan"),
+                "nondeterministic_ops": trainer.kernel_warnings.nondeterministic_ops(),
+                "stalled": True,
+            }
         trainer.set_batches_per_epoch(steps)
         synchronize(device)
         if device.type == "cuda":
@@ -124,8 +135,9 @@ def time_steps(run: dict[str, Any], data: RunData, steps: int, warmup: int, limi
     }
 
 
-def paper_rates(paper_config: Mapping[str, Any], dataset: str, table: str, device: torch.device,
-                steps: int) -> list[dict[str, Any]]:
+def paper_rates(
+    paper_config: Mapping[str, Any], dataset: str, table: str, device: torch.device, steps: int
+) -> list[dict[str, Any]]:
     """Step rate of each trained method of the paper overlay's table on random batches (random weights)."""
     rows = []
     for method in paper_config["tables"][table].get("methods") or paper_config["tables"]["table1"]["methods"]:
@@ -136,12 +148,21 @@ def paper_rates(paper_config: Mapping[str, Any], dataset: str, table: str, devic
         training["backbone"]["pretrained"] = None
         started = time.perf_counter()
         rate = train_images_per_s(run, steps, 2, device)
-        rows.append({"method": method, "backbone": training["backbone"]["name"],
-                     "crop": training["image"]["train_crop"],
-                     "batch": training["sampler"]["classes_per_batch"] * training["sampler"]["images_per_class"],
-                     "images_per_s": rate, "seconds": time.perf_counter() - started})
-        print(f"  {method:22s} {rows[-1]['backbone']:12s} {rows[-1]['crop']:4d} px  batch {rows[-1]['batch']:4d}  "
-              f"{rate:8.0f} img/s", flush=True)
+        rows.append(
+            {
+                "method": method,
+                "backbone": training["backbone"]["name"],
+                "crop": training["image"]["train_crop"],
+                "batch": training["sampler"]["classes_per_batch"] * training["sampler"]["images_per_class"],
+                "images_per_s": rate,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        print(
+            f"  {method:22s} {rows[-1]['backbone']:12s} {rows[-1]['crop']:4d} px  batch {rows[-1]['batch']:4d}  "
+            f"{rate:8.0f} img/s",
+            flush=True,
+        )
     return rows
 
 
@@ -157,12 +178,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=4, help="untimed steps first")
     parser.add_argument("--num-workers", type=int, default=6, help="training.num_workers")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU threads of the training process (torch.set_num_threads), as the workflow's jobs and "
-                             "run_table_runs.py give each run; torch's default, one per core, makes the step's small "
-                             "CPU operations (the crop draws) wait milliseconds for a pool shared with the loader")
-    parser.add_argument("--limit-s", type=float, default=30.0,
-                        help="warm-up or timed steps slower than this (s): 'stalled' (a stalled warm-up is not timed)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads of the training process (torch.set_num_threads), as the workflow's jobs and "
+        "run_table_runs.py give each run; torch's default, one per core, makes the step's small "
+        "CPU operations (the crop draws) wait milliseconds for a pool shared with the loader",
+    )
+    parser.add_argument(
+        "--limit-s",
+        type=float,
+        default=30.0,
+        help="warm-up or timed steps slower than this (s): 'stalled' (a stalled warm-up is not timed)",
+    )
     parser.add_argument("--paper-config", default=None, help="overlay whose table's backbones are timed too")
     parser.add_argument("--paper-steps", type=int, default=5)
     parser.add_argument("--json", default=None, help="also write every number here")
@@ -174,11 +203,16 @@ def main() -> None:
         raise SystemExit("gpu_smoke.py needs a CUDA GPU (bench_train_step.py times the CPU)")
     config = load_config(args.config or ["params.yaml"])
     manifest = args.manifest or manifest_path(args.dataset)
-    methods = [m for m in (args.methods or config["tables"][args.table]["methods"])
-               if resolve_run(config, args.dataset, m, 0)["training"]["epochs"] > 0]
+    methods = [
+        m
+        for m in (args.methods or config["tables"][args.table]["methods"])
+        if resolve_run(config, args.dataset, m, 0)["training"]["epochs"] > 0
+    ]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"# {name}, torch {torch.__version__}, {args.dataset}, "
-          f"{args.steps} timed steps after {args.warmup}, {args.num_workers} loader workers, {args.threads} CPU threads")
+    print(
+        f"# {name}, torch {torch.__version__}, {args.dataset}, "
+        f"{args.steps} timed steps after {args.warmup}, {args.num_workers} loader workers, {args.threads} CPU threads"
+    )
     ceiling_run = smoke_run(config, args.dataset, BACKBONE_ONLY_METHOD, "pil", True, args.num_workers, device)
     ceilings = {}
     for deterministic in args.deterministic:
@@ -190,32 +224,44 @@ def main() -> None:
 
     def save() -> None:  # after every row: a benchmark cut short by a time limit keeps what it measured
         if args.json:
-            Path(args.json).write_text(json.dumps({"device": name, "backbone_only": ceilings, "runs": results,
-                                                   "paper": paper}, indent=1))
+            Path(args.json).write_text(
+                json.dumps({"device": name, "backbone_only": ceilings, "runs": results, "paper": paper}, indent=1)
+            )
 
     if args.paper_config:
         print("# paper overlay, random weights, random batches on the GPU (step rate only)")
-        paper.extend(paper_rates(load_config(["params.yaml", args.paper_config]), args.dataset, args.table, device,
-                                 args.paper_steps))
+        paper.extend(
+            paper_rates(
+                load_config(["params.yaml", args.paper_config]), args.dataset, args.table, device, args.paper_steps
+            )
+        )
         save()
-    print(f"{'pipeline':14s} {'det':4s} {'method':14s} {'img/s':>8s} {'of backbone':>11s} {'wait':>6s} "
-          f"{'peak MiB':>9s} {'util':>5s}  nondet")
+    print(
+        f"{'pipeline':14s} {'det':4s} {'method':14s} {'img/s':>8s} {'of backbone':>11s} {'wait':>6s} "
+        f"{'peak MiB':>9s} {'util':>5s}  nondet"
+    )
     for pipeline in args.pipelines:
         data: RunData | None = None
         for deterministic in args.deterministic:
             for method in methods:
-                run = smoke_run(config, args.dataset, method, pipeline, deterministic == "on", args.num_workers,
-                                device)
+                run = smoke_run(config, args.dataset, method, pipeline, deterministic == "on", args.num_workers, device)
                 data = data or load_run_data(run, manifest)
-                row = {"pipeline": pipeline, "deterministic": deterministic, "method": method,
-                       **time_steps(run, data, args.steps, args.warmup, args.limit_s, device)}
+                row = {
+                    "pipeline": pipeline,
+                    "deterministic": deterministic,
+                    "method": method,
+                    **time_steps(run, data, args.steps, args.warmup, args.limit_s, device),
+                }
                 row["share_of_backbone"] = row["images_per_s"] / ceilings[deterministic]
                 results.append(row)
                 save()
-                print(f"{pipeline:14s} {deterministic:4s} {method:14s} {row['images_per_s']:8.0f} "
-                      f"{row['share_of_backbone']:11.0%} {row['loader_wait_share']:6.0%} {row['peak_MiB']:9.0f} "
-                      f"{row['gpu_utilisation']:5.0f}  {','.join(row['nondeterministic_ops']) or '-'}"
-                      f"{'  STALLED' if row['stalled'] else ''}", flush=True)
+                print(
+                    f"{pipeline:14s} {deterministic:4s} {method:14s} {row['images_per_s']:8.0f} "
+                    f"{row['share_of_backbone']:11.0%} {row['loader_wait_share']:6.0%} {row['peak_MiB']:9.0f} "
+                    f"{row['gpu_utilisation']:5.0f}  {','.join(row['nondeterministic_ops']) or '-'}"
+                    f"{'  STALLED' if row['stalled'] else ''}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: D&C re-clusters every epoch and fine-tunes its merged head from the last epoch on.
 SHRUNK = {
     "training": {
-        "epochs": 6, "device": "cpu", "embedding_dim": 16, "eval_batch_size": 64,
+        "epochs": 6,
+        "device": "cpu",
+        "embedding_dim": 16,
+        "eval_batch_size": 64,
         "backbone": {"width": 8, "pretrained": None, "freeze_bn": False},
         "sampler": {"classes_per_batch": 4, "images_per_class": 4, "batches_per_epoch": 60},
     },
@@ -50,10 +53,28 @@ def dmlbench(*args: str) -> list[str]:
 
 def train_command(work: Path, method: str, name: str) -> list[str]:
     out = work / "runs" / name
-    return dmlbench("train", "--dataset", "synthetic", "--method", method, "--seed", "0",
-                    "--manifest", str(work / "prepared" / "manifest.csv"), "--out", str(out),
-                    "--scratch-dir", str(work / "scratch" / name), "--no-progress", "--threads", "1",
-                    "--config", str(ROOT / "params.yaml"), "--config", str(work / "shrunk.yaml"))
+    return dmlbench(
+        "train",
+        "--dataset",
+        "synthetic",
+        "--method",
+        method,
+        "--seed",
+        "0",
+        "--manifest",
+        str(work / "prepared" / "manifest.csv"),
+        "--out",
+        str(out),
+        "--scratch-dir",
+        str(work / "scratch" / name),
+        "--no-progress",
+        "--threads",
+        "1",
+        "--config",
+        str(ROOT / "params.yaml"),
+        "--config",
+        str(work / "shrunk.yaml"),
+    )
 
 
 def run_checked(command: list[str]) -> None:
@@ -66,10 +87,8 @@ def run_checked(command: list[str]) -> None:
 def finish(work: Path, name: str) -> Path:
     """Embed and evaluate a trained run; returns its metrics.json."""
     run = work / "runs" / name
-    run_checked(dmlbench("embed", str(run), "--manifest", str(work / "prepared" / "manifest.csv"),
-                         "--threads", "1"))
-    run_checked(dmlbench("evaluate", str(run / "embeddings.npz"), "--out", str(run / "metrics.json"),
-                         "--threads", "1"))
+    run_checked(dmlbench("embed", str(run), "--manifest", str(work / "prepared" / "manifest.csv"), "--threads", "1"))
+    run_checked(dmlbench("evaluate", str(run / "embeddings.npz"), "--out", str(run / "metrics.json"), "--threads", "1"))
     return run / "metrics.json"
 
 
@@ -95,8 +114,7 @@ def trial(work: Path, method: str, index: int, delay: float) -> tuple[bool, str]
     name = f"{method}-kill{index}"
     for stale in (work / "runs" / name, work / "scratch" / name):
         shutil.rmtree(stale, ignore_errors=True)
-    process = subprocess.Popen(train_command(work, method, name), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(train_command(work, method, name), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
     if process.poll() is not None:
         return False, "finished before the kill"
@@ -108,8 +126,9 @@ def trial(work: Path, method: str, index: int, delay: float) -> tuple[bool, str]
     run_checked(train_command(work, method, name))
     resumed = time.perf_counter() - started
     metrics = finish(work, name)
-    identical = (same_weights(work / "runs" / name / "checkpoint.pt", work / "runs" / method / "checkpoint.pt")
-                 and same_metrics(metrics, work / "runs" / method / "metrics.json"))
+    identical = same_weights(
+        work / "runs" / name / "checkpoint.pt", work / "runs" / method / "checkpoint.pt"
+    ) and same_metrics(metrics, work / "runs" / method / "metrics.json")
     return identical, f"killed at {delay:5.1f} s after epoch {epoch}, resumed in {resumed:5.1f} s"
 
 
@@ -140,16 +159,19 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     (work / "shrunk.yaml").write_text(yaml.safe_dump(SHRUNK))
     if not (work / "prepared" / "manifest.csv").is_file():
-        run_checked(dmlbench("prepare", "synthetic", "--out", str(work / "prepared"),
-                             "--config", str(ROOT / "params.yaml")))
+        run_checked(
+            dmlbench("prepare", "synthetic", "--out", str(work / "prepared"), "--config", str(ROOT / "params.yaml"))
+        )
     windows = {}
     for method in methods:
         shutil.rmtree(work / "runs" / method, ignore_errors=True)
         shutil.rmtree(work / "scratch" / method, ignore_errors=True)
         windows[method] = training_window(train_command(work, method, method))
         finish(work, method)
-        print(f"reference {method}: training from {windows[method][0]:.1f} s to {windows[method][1]:.1f} s "
-              f"after launch", flush=True)
+        print(
+            f"reference {method}: training from {windows[method][0]:.1f} s to {windows[method][1]:.1f} s after launch",
+            flush=True,
+        )
     identical_count, index = 0, 0
     while index < args.kills:
         method = methods[index % len(methods)]
@@ -157,8 +179,7 @@ def main() -> int:
         if what == "finished before the kill":
             continue
         identical_count += identical
-        print(f"kill {index + 1:2d} {method:10s} {what}: {'bit-identical' if identical else 'DIFFERENT'}",
-              flush=True)
+        print(f"kill {index + 1:2d} {method:10s} {what}: {'bit-identical' if identical else 'DIFFERENT'}", flush=True)
         index += 1
     print(f"{identical_count} of {args.kills} killed runs resumed to bit-identical weights and metrics")
     return 0 if identical_count == args.kills else 1

@@ -32,19 +32,32 @@ from dmlbench.report.claims import claim_runs
 CLI = [sys.executable, "-m", "dmlbench"]
 
 
-def chain_commands(configs: list[str], dataset: str, method: str, seed: int, threads: int,
-                   checkpoint_of: str | None = None) -> list[list[str]]:
+def chain_commands(
+    configs: list[str], dataset: str, method: str, seed: int, threads: int, checkpoint_of: str | None = None
+) -> list[list[str]]:
     """The train, embed and evaluate commands of one run, as the workflow's rules give them; for a
     method that re-embeds ``checkpoint_of``'s checkpoint, its embed (``--method``) and evaluate."""
     config_args = [arg for path in configs for arg in ("--config", path)]
     out = run_dir(dataset, method, seed)
     common = [*config_args, "--threads", str(threads)]
-    evaluate = [*CLI, "evaluate", str(out / EMBEDDINGS_FILE), "--out", str(out / METRICS_FILE),
-                "--per-query", str(out / PER_QUERY_FILE), "--dataset", dataset, *common]
+    evaluate = [
+        *CLI,
+        "evaluate",
+        str(out / EMBEDDINGS_FILE),
+        "--out",
+        str(out / METRICS_FILE),
+        "--per-query",
+        str(out / PER_QUERY_FILE),
+        "--dataset",
+        dataset,
+        *common,
+    ]
     if checkpoint_of is not None:
         source = run_dir(dataset, checkpoint_of, seed)
-        return [[*CLI, "embed", str(source), "--method", method, "--out", str(out / EMBEDDINGS_FILE), *common],
-                evaluate]
+        return [
+            [*CLI, "embed", str(source), "--method", method, "--out", str(out / EMBEDDINGS_FILE), *common],
+            evaluate,
+        ]
     return [
         [*CLI, "train", "--dataset", dataset, "--method", method, "--seed", str(seed), "--no-progress", *common],
         [*CLI, "embed", str(out), "--out", str(out / EMBEDDINGS_FILE), "--threads", str(threads)],
@@ -65,15 +78,17 @@ def run_chain(commands: list[list[str]], log: Path) -> tuple[bool, float]:
     return True, time.perf_counter() - started
 
 
-def run_chains(chains: list[tuple[str, str, int]], configs: list[str], config: dict, jobs: int,
-               threads: int) -> list[tuple[str, str, int]]:
+def run_chains(
+    chains: list[tuple[str, str, int]], configs: list[str], config: dict, jobs: int, threads: int
+) -> list[tuple[str, str, int]]:
     """Run the chains, ``jobs`` at once; return the ones that failed."""
     failed = []
     with ThreadPoolExecutor(jobs) as pool:
         futures = {}
         for dataset, method, seed in chains:
-            commands = chain_commands(configs, dataset, method, seed, threads,
-                                      section(config, "methods", method).get("checkpoint_of"))
+            commands = chain_commands(
+                configs, dataset, method, seed, threads, section(config, "methods", method).get("checkpoint_of")
+            )
             log = Path("results/logs/gpu") / f"{dataset}.{method}.seed{seed}.log"
             futures[(dataset, method, seed)] = pool.submit(run_chain, commands, log)
         for chain, future in futures.items():
@@ -97,14 +112,23 @@ def main() -> None:
     configs = args.config or ["params.yaml"]
     config = load_config(configs)
     spec = config["tables"][args.table]
-    wanted = [(dataset, method, seed) for seed in (args.seeds or spec.get("seeds", [0]))
-              for dataset in spec["datasets"] for method in (args.methods or spec["methods"])]
+    wanted = [
+        (dataset, method, seed)
+        for seed in (args.seeds or spec.get("seeds", [0]))
+        for dataset in spec["datasets"]
+        for method in (args.methods or spec["methods"])
+    ]
     if args.claims:
-        wanted += [(run.dataset, run.method, run.seed) for run in sorted(claim_runs(config, RUNS_DIR),
-                                                                         key=lambda run: (run.seed, run.method))]
-    wanted = [chain for chain in dict.fromkeys(wanted)
-              if "ensemble_members" not in section(config, "methods", chain[1])
-              and not (run_dir(*chain) / METRICS_FILE).is_file()]
+        wanted += [
+            (run.dataset, run.method, run.seed)
+            for run in sorted(claim_runs(config, RUNS_DIR), key=lambda run: (run.seed, run.method))
+        ]
+    wanted = [
+        chain
+        for chain in dict.fromkeys(wanted)
+        if "ensemble_members" not in section(config, "methods", chain[1])
+        and not (run_dir(*chain) / METRICS_FILE).is_file()
+    ]
     trained = [chain for chain in wanted if "checkpoint_of" not in section(config, "methods", chain[1])]
     reembedded = [chain for chain in wanted if chain not in trained]
     print(f"{len(trained)} trained and {len(reembedded)} re-embedded chains, {args.jobs} at once", flush=True)

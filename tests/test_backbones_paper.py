@@ -28,24 +28,48 @@ PAPER_BACKBONES = ("googlenet", "bninception", "resnet50", "efficientnet_lite0")
 #: layer definitions (ceil-mode pools; TF "SAME" = ceil(side / stride) for Lite0).
 EXPECTED: dict[str, dict[str, tuple[int, int, int]]] = {
     "googlenet": {
-        "stem": (192, 28, 12), "inception3a": (256, 28, 12), "inception3b": (480, 28, 12),
-        "pool3": (480, 14, 6), "inception4a": (512, 14, 6), "inception4b": (512, 14, 6),
-        "inception4c": (512, 14, 6), "inception4d": (528, 14, 6), "inception4e": (832, 14, 6),
-        "pool4": (832, 7, 3), "inception5a": (832, 7, 3), "inception5b": (1024, 7, 3),
+        "stem": (192, 28, 12),
+        "inception3a": (256, 28, 12),
+        "inception3b": (480, 28, 12),
+        "pool3": (480, 14, 6),
+        "inception4a": (512, 14, 6),
+        "inception4b": (512, 14, 6),
+        "inception4c": (512, 14, 6),
+        "inception4d": (528, 14, 6),
+        "inception4e": (832, 14, 6),
+        "pool4": (832, 7, 3),
+        "inception5a": (832, 7, 3),
+        "inception5b": (1024, 7, 3),
     },
     "bninception": {
-        "stem": (192, 28, 12), "inception3a": (256, 28, 12), "inception3b": (320, 28, 12),
-        "inception3c": (576, 14, 6), "inception4a": (576, 14, 6), "inception4b": (576, 14, 6),
-        "inception4c": (608, 14, 6), "inception4d": (608, 14, 6), "inception4e": (1056, 7, 3),
-        "inception5a": (1024, 7, 3), "inception5b": (1024, 7, 3),
+        "stem": (192, 28, 12),
+        "inception3a": (256, 28, 12),
+        "inception3b": (320, 28, 12),
+        "inception3c": (576, 14, 6),
+        "inception4a": (576, 14, 6),
+        "inception4b": (576, 14, 6),
+        "inception4c": (608, 14, 6),
+        "inception4d": (608, 14, 6),
+        "inception4e": (1056, 7, 3),
+        "inception5a": (1024, 7, 3),
+        "inception5b": (1024, 7, 3),
     },
     "resnet50": {
-        "stem": (64, 56, 24), "layer1": (256, 56, 24), "layer2": (512, 28, 12),
-        "layer3": (1024, 14, 6), "layer4": (2048, 7, 3),
+        "stem": (64, 56, 24),
+        "layer1": (256, 56, 24),
+        "layer2": (512, 28, 12),
+        "layer3": (1024, 14, 6),
+        "layer4": (2048, 7, 3),
     },
     "efficientnet_lite0": {
-        "stem": (32, 112, 48), "block1": (16, 112, 48), "block2": (24, 56, 24), "block3": (40, 28, 12),
-        "block4": (80, 14, 6), "block5": (112, 14, 6), "block6": (192, 7, 3), "block7": (320, 7, 3),
+        "stem": (32, 112, 48),
+        "block1": (16, 112, 48),
+        "block2": (24, 56, 24),
+        "block3": (40, 28, 12),
+        "block4": (80, 14, 6),
+        "block5": (112, 14, 6),
+        "block6": (192, 7, 3),
+        "block7": (320, 7, 3),
         "head": (1280, 7, 3),
     },
 }
@@ -74,8 +98,10 @@ def test_stage_shapes_at_every_cut_point(backbones, name, size, column):
     assert backbone.out_channels == {stage: shape[0] for stage, shape in shapes.items()}
 
 
-@pytest.mark.parametrize("name, cut", [("googlenet", "pool3"), ("bninception", "inception3c"),
-                                       ("resnet50", "layer2"), ("efficientnet_lite0", "block4")])
+@pytest.mark.parametrize(
+    "name, cut",
+    [("googlenet", "pool3"), ("bninception", "inception3c"), ("resnet50", "layer2"), ("efficientnet_lite0", "block4")],
+)
 def test_stage_slices_compose_to_the_whole_network(backbones, name, cut):
     backbone = backbones[name]
     x = torch.rand(1, 3, 96, 96)
@@ -141,22 +167,33 @@ def test_resnet50_max_pooling_for_mpn():
 #: Keys and shapes of Cadene's ``pretrainedmodels`` BNInception, transcribed from its
 #: source (``bninception.py``; the 52deb4733 file stores BatchNorm tensors as (1, C)).
 CADENE_KEYS = {
-    "conv1_7x7_s2.weight": (64, 3, 7, 7), "conv1_7x7_s2.bias": (64,), "conv1_7x7_s2_bn.weight": (64,),
-    "conv2_3x3_reduce.weight": (64, 64, 1, 1), "conv2_3x3.weight": (192, 64, 3, 3),
-    "conv2_3x3_bn.running_var": (192,), "inception_3a_1x1.weight": (64, 192, 1, 1),
-    "inception_3a_pool_proj.weight": (32, 192, 1, 1), "inception_3b_double_3x3_2.weight": (96, 96, 3, 3),
-    "inception_3c_3x3.weight": (160, 128, 3, 3), "inception_3c_double_3x3_2_bn.running_mean": (96,),
-    "inception_4a_1x1.weight": (224, 576, 1, 1), "inception_4d_double_3x3_reduce.weight": (160, 608, 1, 1),
-    "inception_4e_3x3_reduce.weight": (128, 608, 1, 1), "inception_4e_double_3x3_1.weight": (256, 192, 3, 3),
-    "inception_5a_1x1.weight": (352, 1056, 1, 1), "inception_5a_double_3x3_reduce.weight": (160, 1056, 1, 1),
-    "inception_5b_pool_proj.weight": (128, 1024, 1, 1), "inception_5b_double_3x3_2_bn.bias": (224,),
+    "conv1_7x7_s2.weight": (64, 3, 7, 7),
+    "conv1_7x7_s2.bias": (64,),
+    "conv1_7x7_s2_bn.weight": (64,),
+    "conv2_3x3_reduce.weight": (64, 64, 1, 1),
+    "conv2_3x3.weight": (192, 64, 3, 3),
+    "conv2_3x3_bn.running_var": (192,),
+    "inception_3a_1x1.weight": (64, 192, 1, 1),
+    "inception_3a_pool_proj.weight": (32, 192, 1, 1),
+    "inception_3b_double_3x3_2.weight": (96, 96, 3, 3),
+    "inception_3c_3x3.weight": (160, 128, 3, 3),
+    "inception_3c_double_3x3_2_bn.running_mean": (96,),
+    "inception_4a_1x1.weight": (224, 576, 1, 1),
+    "inception_4d_double_3x3_reduce.weight": (160, 608, 1, 1),
+    "inception_4e_3x3_reduce.weight": (128, 608, 1, 1),
+    "inception_4e_double_3x3_1.weight": (256, 192, 3, 3),
+    "inception_5a_1x1.weight": (352, 1056, 1, 1),
+    "inception_5a_double_3x3_reduce.weight": (160, 1056, 1, 1),
+    "inception_5b_pool_proj.weight": (128, 1024, 1, 1),
+    "inception_5b_double_3x3_2_bn.bias": (224,),
 }
 
 
 def test_bninception_key_layout_matches_cadene(backbones):
     body = backbones["bninception"].body
-    theirs = {caffe_key(k): tuple(v.shape) for k, v in body.state_dict().items()
-              if not k.endswith("num_batches_tracked")}
+    theirs = {
+        caffe_key(k): tuple(v.shape) for k, v in body.state_dict().items() if not k.endswith("num_batches_tracked")
+    }
     for key, shape in CADENE_KEYS.items():
         assert theirs.get(key) == shape, key
     # 69 conv+BN units (3 stem, 7 per block with a 1×1 branch, 5 in 3c and 4e), 6 tensors each.
@@ -167,8 +204,11 @@ def test_bninception_key_layout_matches_cadene(backbones):
 def test_bninception_loads_a_cadene_style_checkpoint(backbones):
     """(1, C) BatchNorm tensors, no num_batches_tracked, a last_linear classifier: all handled."""
     source = backbones["bninception"].body
-    checkpoint = {caffe_key(k): (v.unsqueeze(0) if ".bn." in k else v) + 0.5
-                  for k, v in source.state_dict().items() if not k.endswith("num_batches_tracked")}
+    checkpoint = {
+        caffe_key(k): (v.unsqueeze(0) if ".bn." in k else v) + 0.5
+        for k, v in source.state_dict().items()
+        if not k.endswith("num_batches_tracked")
+    }
     checkpoint |= {"last_linear.weight": torch.zeros(1000, 1024), "last_linear.bias": torch.zeros(1000)}
     target = build_backbone({"name": "bninception"})
     load_state(target.body, checkpoint, BNINCEPTION_LAYOUT, "cadene-style")

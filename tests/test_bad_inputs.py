@@ -40,7 +40,11 @@ from dmlbench.training.data import load_run_data
 from dmlbench.training.trainer import NonFiniteLossError, NonFiniteWeightsError, Trainer, non_finite_tensors
 
 TINY_TRAINING = {
-    "epochs": 2, "val_fraction": 0.34, "device": "cpu", "embedding_dim": 8, "eval_batch_size": 16,
+    "epochs": 2,
+    "val_fraction": 0.34,
+    "device": "cpu",
+    "embedding_dim": 8,
+    "eval_batch_size": 16,
     "backbone": {"width": 4, "pretrained": None, "freeze_bn": False},
     "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
     "sampler": {"classes_per_batch": 3, "images_per_class": 3, "batches_per_epoch": 2},
@@ -52,21 +56,47 @@ def _train(tmp_path: Path, overlay: dict, method: str = "triplet") -> tuple[int,
     path = tmp_path / "overlay.yaml"
     path.write_text(yaml.safe_dump(overlay))
     out = tmp_path / "run"
-    code = main(["train", "--dataset", "synthetic", "--method", method, "--seed", "0", "--manifest", str(manifest),
-                 "--out", str(out), "--scratch-dir", str(tmp_path / "scratch"), "--no-progress",
-                 "--config", str(REPO / "params.yaml"), "--config", str(path)])
+    code = main(
+        [
+            "train",
+            "--dataset",
+            "synthetic",
+            "--method",
+            method,
+            "--seed",
+            "0",
+            "--manifest",
+            str(manifest),
+            "--out",
+            str(out),
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "--no-progress",
+            "--config",
+            str(REPO / "params.yaml"),
+            "--config",
+            str(path),
+        ]
+    )
     return code, out
 
 
-def test_an_infinite_batchnorm_statistic_stops_the_run_though_the_loss_is_finite(params: dict, tiny_manifest: Path,
-                                                                                 tmp_path: Path):
+def test_an_infinite_batchnorm_statistic_stops_the_run_though_the_loss_is_finite(
+    params: dict, tiny_manifest: Path, tmp_path: Path
+):
     """BatchNorm in train mode normalises with the batch's statistics, so the loss stays finite while
     an infinite running variance (what lr 1e8 gave on the embedded default) poisons every later
     evaluation: the weights check names the buffer, and nothing is saved."""
     run = tiny_run(params, epochs=2)
     run["training"]["backbone"]["freeze_bn"] = False
-    trainer = Trainer(run, load_run_data(run, tiny_manifest), tmp_path / "run", tmp_path / "scratch",
-                      torch.device("cpu"), progress=False)
+    trainer = Trainer(
+        run,
+        load_run_data(run, tiny_manifest),
+        tmp_path / "run",
+        tmp_path / "scratch",
+        torch.device("cpu"),
+        progress=False,
+    )
     bn = next(m for m in trainer.model.modules() if isinstance(m, torch.nn.BatchNorm2d))
     bn.running_var.fill_(math.inf)
     with pytest.raises(NonFiniteWeightsError, match=r"diverged in epoch 1: backbone\.body\..*running_var"):
@@ -101,15 +131,21 @@ def test_a_learning_rate_beyond_the_schema_bound_is_a_config_error(tmp_path: Pat
     assert code == 2 and "training.optimizer.lr" in capsys.readouterr().err and not out.exists()
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["evaluate", "x.npz", "--out", "m.json", "--threads", "-1"], "--threads: expects an integer >= 1 (CPU threads)"),
-    (["evaluate", "x.npz", "--out", "m.json", "--threads", "two"], "--threads: expects an integer (CPU threads)"),
-    (["evaluate", "x.npz", "--out", "m.json", "--kmeans-niter", "0"], "--kmeans-niter: expects an integer >= 1"),
-    (["evaluate", "x.npz", "--out", "m.json", "--kmeans-nredo", "0"], "--kmeans-nredo: expects an integer >= 1"),
-    (["evaluate", "x.npz", "--out", "m.json", "--chunk-size", "0"], "--chunk-size: expects an integer >= 1"),
-    (["train", "--dataset", "synthetic", "--method", "triplet", "--seed", "-1"], "--seed: expects an integer >= 0"),
-    (["info", "backbones", "--image-size", "0"], "--image-size: expects an integer >= 8"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["evaluate", "x.npz", "--out", "m.json", "--threads", "-1"],
+            "--threads: expects an integer >= 1 (CPU threads)",
+        ),
+        (["evaluate", "x.npz", "--out", "m.json", "--threads", "two"], "--threads: expects an integer (CPU threads)"),
+        (["evaluate", "x.npz", "--out", "m.json", "--kmeans-niter", "0"], "--kmeans-niter: expects an integer >= 1"),
+        (["evaluate", "x.npz", "--out", "m.json", "--kmeans-nredo", "0"], "--kmeans-nredo: expects an integer >= 1"),
+        (["evaluate", "x.npz", "--out", "m.json", "--chunk-size", "0"], "--chunk-size: expects an integer >= 1"),
+        (["train", "--dataset", "synthetic", "--method", "triplet", "--seed", "-1"], "--seed: expects an integer >= 0"),
+        (["info", "backbones", "--image-size", "0"], "--image-size: expects an integer >= 8"),
+    ],
+)
 def test_numeric_options_are_checked_by_the_parser(argv: list[str], message: str, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -134,9 +170,11 @@ def _manifest_with(tmp_path: Path, edit) -> Path:
 @pytest.mark.parametrize("split", ["test", "train"])
 def test_a_repeated_image_in_the_manifest_names_the_path_and_lines(tmp_path: Path, split: str):
     """A test image listed twice is its own nearest neighbour and inflates R@1 silently."""
+
     def repeat(frame: pd.DataFrame) -> pd.DataFrame:
         row = frame[frame["split"] == split].iloc[[0]]
         return pd.concat([frame, row], ignore_index=True)
+
     manifest = _manifest_with(tmp_path, repeat)
     n = len(pd.read_csv(manifest))
     with pytest.raises(ManifestError, match=rf"appear more than once.*on lines \d+, {n + 1}.*re-run `dmlbench prepare"):
@@ -147,6 +185,7 @@ def test_an_empty_path_cell_names_its_line(tmp_path: Path):
     def blank(frame: pd.DataFrame) -> pd.DataFrame:
         frame.loc[2, "path"] = ""
         return frame
+
     with pytest.raises(ManifestError, match=r"empty 'path' on line\(s\) 4 \(of 1\)"):
         read_manifest(_manifest_with(tmp_path, blank))
 
@@ -159,8 +198,12 @@ def test_bad_embeddings_files_exit_2_naming_the_file(tmp_path: Path, capsys, con
     embeddings = rng.normal(size=(8, 4)).astype(np.float32)
     labels = np.array([0, 0, 1, 1, 2, 2, 3, 3])
     expected = {
-        "garbage": "not a readable .npz", "npy": "single array (.npy)", "float_labels": "labels must be integers",
-        "one_class": "single class", "huge": "squared distances overflow", "partial_slices": "cover 3 of the 4",
+        "garbage": "not a readable .npz",
+        "npy": "single array (.npy)",
+        "float_labels": "labels must be integers",
+        "one_class": "single class",
+        "huge": "squared distances overflow",
+        "partial_slices": "cover 3 of the 4",
     }[content]
     if content == "garbage":
         path.write_bytes(b"PK\x03\x04 not really a zip")
@@ -223,8 +266,22 @@ def test_an_overlay_path_with_a_space_reaches_the_job_as_one_argument(tmp_path: 
     overlay.parent.mkdir()
     overlay.write_text("seeds: [0]\n")
     out = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "results/runs/synthetic/margin/seed0/log.csv",
-         "--configfile", str(overlay)], cwd=REPO, capture_output=True, text=True, check=True)
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-p",
+            "--forceall",
+            "results/runs/synthetic/margin/seed0/log.csv",
+            "--configfile",
+            str(overlay),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     command = next(line for line in out.stdout.splitlines() if "dmlbench train" in line)
     arguments = shlex.split(command.split(">")[0])
     assert arguments[arguments.index(str(overlay)) - 1] == "--config"
@@ -234,10 +291,19 @@ def test_a_killed_writer_leaves_an_orphan_that_the_next_write_sweeps(tmp_path: P
     """A writer killed between its temporary file and the rename leaves the temporary file; the next
     write of the same target removes it (a dead pid of this host), a live writer's file stays."""
     target = tmp_path / "checkpoint.pt"
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import os, sys; from dmlbench.atomic import atomic_output\n"
-        f"with atomic_output({str(target)!r}) as tmp:\n"
-        "    tmp.write_bytes(b'x' * 1000); print(tmp, flush=True); os._exit(9)\n")], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, sys; from dmlbench.atomic import atomic_output\n"
+                f"with atomic_output({str(target)!r}) as tmp:\n"
+                "    tmp.write_bytes(b'x' * 1000); print(tmp, flush=True); os._exit(9)\n"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     orphan = Path(child.stdout.readline().strip())
     assert child.wait() == 9 and orphan.is_file() and not target.exists()
     with atomic_output(target) as tmp:
@@ -271,14 +337,20 @@ def test_a_checkpoint_with_missing_weights_names_the_file_at_embed(tmp_path: Pat
     assert not embeddings.exists()
 
 
-@pytest.mark.parametrize(("overlay", "message"), [
-    ({"methods": {"triplet": {"loss": {"name": "triplett"}}}}, "methods.triplet on synthetic: .*triplett"),
-    ({"methods": {"triplet": {"loss": {"margn": 0.2}}}}, "methods.triplet on synthetic: .*margn"),
-    ({"methods": {"triplet": {"recipe": "baseline2"}}}, "methods.triplet on synthetic: .*baseline2.*unknown"),
-    ({"methods": {"abe8": {"options": {"learners": 3}}}}, "methods.abe8 on synthetic: .*not divisible.*learners = 3"),
-    ({"methods": {"abe8": {"options": {"learnrs": 8}}}}, "methods.abe8 on synthetic: .*learnrs"),
-    ({"training": {"backbone": {"name": "resnet5O"}}}, "on synthetic: .*resnet5O.*unknown"),
-])
+@pytest.mark.parametrize(
+    ("overlay", "message"),
+    [
+        ({"methods": {"triplet": {"loss": {"name": "triplett"}}}}, "methods.triplet on synthetic: .*triplett"),
+        ({"methods": {"triplet": {"loss": {"margn": 0.2}}}}, "methods.triplet on synthetic: .*margn"),
+        ({"methods": {"triplet": {"recipe": "baseline2"}}}, "methods.triplet on synthetic: .*baseline2.*unknown"),
+        (
+            {"methods": {"abe8": {"options": {"learners": 3}}}},
+            "methods.abe8 on synthetic: .*not divisible.*learners = 3",
+        ),
+        ({"methods": {"abe8": {"options": {"learnrs": 8}}}}, "methods.abe8 on synthetic: .*learnrs"),
+        ({"training": {"backbone": {"name": "resnet5O"}}}, "on synthetic: .*resnet5O.*unknown"),
+    ],
+)
 def test_planned_methods_are_checked_before_any_job(tmp_path: Path, overlay: dict, message: str):
     """Each of these used to fail only inside its train job, after `snakemake -n` had passed."""
     path = tmp_path / "overlay.yaml"
@@ -291,8 +363,12 @@ def test_planned_methods_are_checked_before_any_job(tmp_path: Path, overlay: dic
 def test_snakemake_dry_run_runs_the_method_checks(tmp_path: Path):
     path = tmp_path / "overlay.yaml"
     path.write_text(yaml.safe_dump({"methods": {"abe8": {"options": {"learners": 3}}}}))
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "results/tables/table1.tex", "--configfile",
-                          str(path)], cwd=REPO, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "results/tables/table1.tex", "--configfile", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode != 0 and "methods.abe8 on synthetic" in out.stdout + out.stderr
 
 
@@ -309,28 +385,59 @@ def _broken_cub(tmp_path: Path, name: str, edit) -> tuple[dict, Path]:
     return fake.config("cub200"), tmp_path / "out"
 
 
-@pytest.mark.parametrize(("name", "edit", "message"), [
-    ("images.txt", lambda b: b.replace(b"\n", b"\xe9\xff\n", 1), r"images.txt:1: not UTF-8 text.*restore this file"),
-    ("bounding_boxes.txt", lambda b: b.replace(b"\n", b"x\n", 1),
-     r"bounding_boxes.txt:1: expected numbers, found .*restore this file"),
-    ("bounding_boxes.txt", lambda b: b"1 nan 1 2 3\n" + b.split(b"\n", 1)[1], r"bounding_boxes.txt:1: non-finite"),
-    ("bounding_boxes.txt", lambda b: b"1 0 0 0 5\n" + b.split(b"\n", 1)[1],
-     r"bounding_boxes.txt:1: box width and height must be positive"),
-    ("bounding_boxes.txt", lambda b: b.split(b"\n", 1)[1],
-     r"bounding_boxes.txt: no entry for image id 1 \(.*images.txt:1\)"),
-    ("bounding_boxes.txt", lambda b: b.replace(b"\n", b" 7\n", 1),
-     r"bounding_boxes.txt:1: expected 5 columns, found 6"),
-    ("images.txt", lambda b: b + b.split(b"\n")[0].replace(b"1 ", b"99 ", 1) + b"\n",
-     r"images.txt:\d+: image .*jpg is listed again, under id 99 \(first under id 1\)"),
-    ("images.txt", lambda b: b + b.split(b"\n")[1] + b"\n",
-     r"images.txt:\d+: image id 2 is listed again \(first on line 2\)"),
-    ("image_class_labels.txt", lambda b: b"1 1.5\n" + b.split(b"\n", 1)[1],
-     r"image_class_labels.txt:1: class_id must be an integer >= 1, found '1.5'"),
-    ("image_class_labels.txt", lambda b: b"1 777\n" + b.split(b"\n", 1)[1],
-     r"image_class_labels.txt:1: class 777 is not in .*classes.txt"),
-    ("classes.txt", lambda b: b + b.split(b"\n")[0] + b"\n", r"classes.txt:\d+: class id 1 is listed again"),
-    ("classes.txt", lambda b: b"", r"classes.txt: no rows \(the file is empty\)"),
-])
+@pytest.mark.parametrize(
+    ("name", "edit", "message"),
+    [
+        (
+            "images.txt",
+            lambda b: b.replace(b"\n", b"\xe9\xff\n", 1),
+            r"images.txt:1: not UTF-8 text.*restore this file",
+        ),
+        (
+            "bounding_boxes.txt",
+            lambda b: b.replace(b"\n", b"x\n", 1),
+            r"bounding_boxes.txt:1: expected numbers, found .*restore this file",
+        ),
+        ("bounding_boxes.txt", lambda b: b"1 nan 1 2 3\n" + b.split(b"\n", 1)[1], r"bounding_boxes.txt:1: non-finite"),
+        (
+            "bounding_boxes.txt",
+            lambda b: b"1 0 0 0 5\n" + b.split(b"\n", 1)[1],
+            r"bounding_boxes.txt:1: box width and height must be positive",
+        ),
+        (
+            "bounding_boxes.txt",
+            lambda b: b.split(b"\n", 1)[1],
+            r"bounding_boxes.txt: no entry for image id 1 \(.*images.txt:1\)",
+        ),
+        (
+            "bounding_boxes.txt",
+            lambda b: b.replace(b"\n", b" 7\n", 1),
+            r"bounding_boxes.txt:1: expected 5 columns, found 6",
+        ),
+        (
+            "images.txt",
+            lambda b: b + b.split(b"\n")[0].replace(b"1 ", b"99 ", 1) + b"\n",
+            r"images.txt:\d+: image .*jpg is listed again, under id 99 \(first under id 1\)",
+        ),
+        (
+            "images.txt",
+            lambda b: b + b.split(b"\n")[1] + b"\n",
+            r"images.txt:\d+: image id 2 is listed again \(first on line 2\)",
+        ),
+        (
+            "image_class_labels.txt",
+            lambda b: b"1 1.5\n" + b.split(b"\n", 1)[1],
+            r"image_class_labels.txt:1: class_id must be an integer >= 1, found '1.5'",
+        ),
+        (
+            "image_class_labels.txt",
+            lambda b: b"1 777\n" + b.split(b"\n", 1)[1],
+            r"image_class_labels.txt:1: class 777 is not in .*classes.txt",
+        ),
+        ("classes.txt", lambda b: b + b.split(b"\n")[0] + b"\n", r"classes.txt:\d+: class id 1 is listed again"),
+        ("classes.txt", lambda b: b"", r"classes.txt: no rows \(the file is empty\)"),
+    ],
+)
 def test_broken_cub_list_files_name_the_file_row_and_fix(tmp_path: Path, name: str, edit, message: str):
     config, out = _broken_cub(tmp_path, name, edit)
     with pytest.raises(ManifestError, match=message):
@@ -355,11 +462,14 @@ def test_a_jpeg_cut_short_behind_a_valid_header_is_found_by_prepare(tmp_path: Pa
         cub200.prepare(fake.config("cub200", verify_images="full"), tmp_path / "out")
 
 
-@pytest.mark.parametrize(("name", "content"), [
-    ("data.tgz", b"plain text, not gzip"),
-    ("data.tgz", None),  # a real .tgz cut in half
-    ("data.zip", b"PK\x03\x04 not a zip"),
-])
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("data.tgz", b"plain text, not gzip"),
+        ("data.tgz", None),  # a real .tgz cut in half
+        ("data.zip", b"PK\x03\x04 not a zip"),
+    ],
+)
 def test_a_damaged_archive_names_the_file_and_extracts_nothing(tmp_path: Path, name: str, content: bytes | None):
     if content is None:
         blob = io.BytesIO()
@@ -377,45 +487,79 @@ def test_a_damaged_archive_names_the_file_and_extracts_nothing(tmp_path: Path, n
     assert not out.exists() or not list(out.iterdir())
 
 
-@pytest.mark.parametrize(("training", "message"), [
-    ({"device": "tpu"}, "training.device = 'tpu' is not a device name; use auto, cpu"),
-    ({"device": "cuda:7"}, "training.device = 'cuda:7', but this machine has .* cuda device"),
-    ({"image": {"resize": 24, "test_crop": 32, "train_crop": 20}},
-     "test_crop = 32 px exceeds training.image.resize = 24 px.*set test_crop <= resize"),
-    ({"backbone": {"width": 4, "pretrained": "imagenet", "freeze_bn": False}},
-     "training.backbone.pretrained = 'imagenet', but .*small_cnn has no published ImageNet weights; set it to null"),
-])
-def test_impossible_training_settings_name_the_key_before_training(tmp_path: Path, capsys, training: dict,
-                                                                    message: str):
+@pytest.mark.parametrize(
+    ("training", "message"),
+    [
+        ({"device": "tpu"}, "training.device = 'tpu' is not a device name; use auto, cpu"),
+        ({"device": "cuda:7"}, "training.device = 'cuda:7', but this machine has .* cuda device"),
+        (
+            {"image": {"resize": 24, "test_crop": 32, "train_crop": 20}},
+            "test_crop = 32 px exceeds training.image.resize = 24 px.*set test_crop <= resize",
+        ),
+        (
+            {"backbone": {"width": 4, "pretrained": "imagenet", "freeze_bn": False}},
+            "training.backbone.pretrained = 'imagenet', but .*small_cnn has no published ImageNet weights; set it to null",
+        ),
+    ],
+)
+def test_impossible_training_settings_name_the_key_before_training(
+    tmp_path: Path, capsys, training: dict, message: str
+):
     code, out = _train(tmp_path, {"training": {**TINY_TRAINING, **training}})
     assert code == 2 and re.search(message, capsys.readouterr().err)
     assert not out.exists() and not (tmp_path / "scratch").exists()
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda f: f.assign(label=f["label"] + ".5"), r"column 'label' must hold integer class ids; line\(s\) 2, 3"),
-    (lambda f: f.assign(split=f["split"].where(f.index % 7 != 0, "test")),
-     r"label\(s\) appear in both \['train', 'val'\] and the evaluation splits, e.g. label 0 on lines 2"),
-    (lambda f: f.iloc[:0], r"no rows"),
-    (lambda f: f.assign(bbox="1 2 3"), r"bbox on line\(s\) 2, 3.*: not 4 numbers \(found '1 2 3'\)"),
-    (lambda f: f.assign(bbox=["1 1 4 4"] * 3 + ["1 2 -3 4"] * (len(f) - 3)),
-     r"bbox on line\(s\) 5, .*width and height must be positive"),
-    (lambda f: f.assign(bbox="-1 0 4 4"), r"x and y must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda f: f.assign(label=f["label"] + ".5"), r"column 'label' must hold integer class ids; line\(s\) 2, 3"),
+        (
+            lambda f: f.assign(split=f["split"].where(f.index % 7 != 0, "test")),
+            r"label\(s\) appear in both \['train', 'val'\] and the evaluation splits, e.g. label 0 on lines 2",
+        ),
+        (lambda f: f.iloc[:0], r"no rows"),
+        (lambda f: f.assign(bbox="1 2 3"), r"bbox on line\(s\) 2, 3.*: not 4 numbers \(found '1 2 3'\)"),
+        (
+            lambda f: f.assign(bbox=["1 1 4 4"] * 3 + ["1 2 -3 4"] * (len(f) - 3)),
+            r"bbox on line\(s\) 5, .*width and height must be positive",
+        ),
+        (lambda f: f.assign(bbox="-1 0 4 4"), r"x and y must be >= 0"),
+    ],
+)
 def test_a_manifest_with_wrong_labels_or_boxes_is_refused(tmp_path: Path, capsys, edit, message: str):
     """A fractional label was truncated, a class on both sides of the split trained and tested on
     the same class, and a negative box width reached DeML's health check: all used to exit 0."""
     manifest = _manifest_with(tmp_path, edit)
     out = tmp_path / "run"
-    code = main(["train", "--dataset", "synthetic", "--method", "triplet", "--seed", "0", "--manifest",
-                 str(manifest), "--out", str(out), "--scratch-dir", str(tmp_path / "scratch"), "--no-progress",
-                 "--config", str(REPO / "params.yaml")])
+    code = main(
+        [
+            "train",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "triplet",
+            "--seed",
+            "0",
+            "--manifest",
+            str(manifest),
+            "--out",
+            str(out),
+            "--scratch-dir",
+            str(tmp_path / "scratch"),
+            "--no-progress",
+            "--config",
+            str(REPO / "params.yaml"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and str(manifest) in err and re.search(message, err) and not out.exists()
 
 
-@pytest.mark.parametrize(("checkpoint", "lacks"), [
-    ({"model": {}}, "no 'run' entry (found ['model'])"), (torch.zeros(3), "no 'run', 'model' entry (found Tensor)")])
+@pytest.mark.parametrize(
+    ("checkpoint", "lacks"),
+    [({"model": {}}, "no 'run' entry (found ['model'])"), (torch.zeros(3), "no 'run', 'model' entry (found Tensor)")],
+)
 def test_a_checkpoint_that_is_not_a_run_names_what_it_lacks(tmp_path: Path, capsys, checkpoint, lacks: str):
     """A dict without 'run' gave `error: run`; a saved tensor gave an IndexError traceback."""
     run = tmp_path / "run"
@@ -449,10 +593,16 @@ def test_ensemble_members_that_disagree_are_named_by_file(tmp_path: Path, capsys
     assert "embed every member from the same prepared dataset" in err and not (tmp_path / "ens.npz").exists()
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["report", "table1"], r"results/runs/synthetic/\w+/seed0/metrics.json: metrics file not found; build the runs"),
-    (["figure", "abe_fig5"], r"embeddings.npz: embeddings file not found; write it with `dmlbench embed RUN_DIR`"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["report", "table1"],
+            r"results/runs/synthetic/\w+/seed0/metrics.json: metrics file not found; build the runs",
+        ),
+        (["figure", "abe_fig5"], r"embeddings.npz: embeddings file not found; write it with `dmlbench embed RUN_DIR`"),
+    ],
+)
 def test_reports_before_their_runs_say_how_to_build_them(tmp_path: Path, capsys, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
     assert main([*argv, "--config", str(REPO / "params.yaml")]) == 2
@@ -460,12 +610,17 @@ def test_reports_before_their_runs_say_how_to_build_them(tmp_path: Path, capsys,
     assert not list(tmp_path.rglob("*.tex")) and not list(tmp_path.rglob("*.png"))
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    (b"training:\n  epochs: 1\n  epochs: 2\n",
-     r"(?s)key 'epochs' appears twice in one mapping \(first on line 2\).*line 3"),
-    (b"seeds: [0]\n\xff\n", r"not UTF-8 text .*save it as UTF-8"),
-    (b"tables:\n  table1:\n    seeds: [0, 0]\n", r"tables.table1.seeds: \[0, 0\] has non-unique elements"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            b"training:\n  epochs: 1\n  epochs: 2\n",
+            r"(?s)key 'epochs' appears twice in one mapping \(first on line 2\).*line 3",
+        ),
+        (b"seeds: [0]\n\xff\n", r"not UTF-8 text .*save it as UTF-8"),
+        (b"tables:\n  table1:\n    seeds: [0, 0]\n", r"tables.table1.seeds: \[0, 0\] has non-unique elements"),
+    ],
+)
 def test_parameter_files_that_yaml_would_misread_are_refused(tmp_path: Path, text: bytes, message: str):
     """PyYAML keeps the last of two equal keys without a word: the first value was silently ignored."""
     overlay = tmp_path / "overlay.yaml"

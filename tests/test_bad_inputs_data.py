@@ -37,11 +37,14 @@ def _evaluate(tmp_path: Path, capsys, **arrays: np.ndarray) -> tuple[int, str, P
 
 
 # -------------------------------------------------------------------- identical embeddings
-@pytest.mark.parametrize(("embeddings", "what"), [
-    (np.zeros((20, 8), np.float32), "all 20 embeddings are identical (all zero)"),
-    (np.full((20, 8), 0.25, np.float32), "all 20 embeddings are identical (one and the same vector)"),
-    (np.tile(np.float32([3.0, -1.0, 0.5]), (20, 1)), "all 20 embeddings are identical (one and the same vector)"),
-])
+@pytest.mark.parametrize(
+    ("embeddings", "what"),
+    [
+        (np.zeros((20, 8), np.float32), "all 20 embeddings are identical (all zero)"),
+        (np.full((20, 8), 0.25, np.float32), "all 20 embeddings are identical (one and the same vector)"),
+        (np.tile(np.float32([3.0, -1.0, 0.5]), (20, 1)), "all 20 embeddings are identical (one and the same vector)"),
+    ],
+)
 def test_identical_embeddings_are_a_collapse_not_a_recall(tmp_path: Path, capsys, embeddings: np.ndarray, what: str):
     """They used to score R@1 = 0.25 here, the share of the class that row order put first."""
     code, err, out = _evaluate(tmp_path, capsys, embeddings=embeddings, labels=LABELS)
@@ -57,8 +60,11 @@ def test_an_identical_gallery_is_a_collapse(tmp_path: Path):
     embeddings[split == "gallery"] = 1.0
     path = tmp_path / "embeddings.npz"
     np.savez(path, embeddings=embeddings, labels=LABELS, split=split)
-    with pytest.raises(CollapsedEmbeddingsError, match=rf"{re.escape(str(path))}: all 10 gallery embeddings are "
-                                                        r"identical"):
+    with pytest.raises(
+        CollapsedEmbeddingsError,
+        match=rf"{re.escape(str(path))}: all 10 gallery embeddings are "
+        r"identical",
+    ):
         evaluate_file(path, tmp_path / "metrics.json", [1])
 
 
@@ -78,18 +84,25 @@ def _manifest(tmp_path: Path, labels: list[str]) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("labels", "line", "shown"), [
-    (["1", "99999999999999999999"], 3, "99999999999999999999"),
-    (["-99999999999999999999", "1"], 2, "-99999999999999999999"),
-    (["1", "9223372036854775808"], 3, "9223372036854775808"),  # int64's largest + 1: pandas reads it as uint64
-    (["7", "1e30"], 3, "1e30"),
-])
-def test_a_manifest_label_beyond_int64_names_the_file_and_line(tmp_path: Path, labels: list[str], line: int,
-                                                                shown: str):
+@pytest.mark.parametrize(
+    ("labels", "line", "shown"),
+    [
+        (["1", "99999999999999999999"], 3, "99999999999999999999"),
+        (["-99999999999999999999", "1"], 2, "-99999999999999999999"),
+        (["1", "9223372036854775808"], 3, "9223372036854775808"),  # int64's largest + 1: pandas reads it as uint64
+        (["7", "1e30"], 3, "1e30"),
+    ],
+)
+def test_a_manifest_label_beyond_int64_names_the_file_and_line(
+    tmp_path: Path, labels: list[str], line: int, shown: str
+):
     """These used to wrap to -2^63 (two such classes merged into one) or to a negative id."""
     path = _manifest(tmp_path, labels)
-    with pytest.raises(ManifestError, match=rf"{re.escape(str(path))}: column 'label' holds {shown} on line\(s\) "
-                                            rf"{line}, outside the 64-bit range of class ids.*number the classes"):
+    with pytest.raises(
+        ManifestError,
+        match=rf"{re.escape(str(path))}: column 'label' holds {shown} on line\(s\) "
+        rf"{line}, outside the 64-bit range of class ids.*number the classes",
+    ):
         read_manifest(path)
 
 
@@ -127,13 +140,19 @@ def _zip_with(path: Path, members: list[tuple[str, bytes]]) -> Path:
 
 def test_an_embeddings_npz_with_an_array_twice_names_the_array(tmp_path: Path):
     """numpy's NpzFile lists both and reads the last written: the first 'embeddings' was ignored silently."""
-    path = _zip_with(tmp_path / "embeddings.npz", [
-        ("embeddings.npy", _npy(np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32))),
-        ("labels.npy", _npy(LABELS)),
-        ("embeddings.npy", _npy(np.random.default_rng(1).normal(size=(20, 4)).astype(np.float32))),
-    ])
-    with pytest.raises(EmbeddingsFileError, match=rf"{re.escape(str(path))}: holds the array 'embeddings' more than "
-                                                  r"once.*Re-create the file"):
+    path = _zip_with(
+        tmp_path / "embeddings.npz",
+        [
+            ("embeddings.npy", _npy(np.random.default_rng(0).normal(size=(20, 4)).astype(np.float32))),
+            ("labels.npy", _npy(LABELS)),
+            ("embeddings.npy", _npy(np.random.default_rng(1).normal(size=(20, 4)).astype(np.float32))),
+        ],
+    )
+    with pytest.raises(
+        EmbeddingsFileError,
+        match=rf"{re.escape(str(path))}: holds the array 'embeddings' more than "
+        r"once.*Re-create the file",
+    ):
         evaluate_file(path, tmp_path / "metrics.json", [1])
     assert not (tmp_path / "metrics.json").exists()
 
@@ -160,18 +179,26 @@ def _tar_with(path: Path, members: list[tuple[str, bytes | None]]) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("build", "member"), [
-    (lambda tmp: _tar_with(tmp / "data.tar", [("root/a.txt", b"first"), ("root/a.txt", b"second")]), "root/a.txt"),
-    (lambda tmp: _tar_with(tmp / "data.tar", [("root/a.txt", b"first"), ("./root//a.txt", b"second")]),
-     "./root//a.txt"),
-    (lambda tmp: _zip_with(tmp / "data.zip", [("root/a.txt", b"first"), ("root/a.txt", b"second")]), "root/a.txt"),
-])
+@pytest.mark.parametrize(
+    ("build", "member"),
+    [
+        (lambda tmp: _tar_with(tmp / "data.tar", [("root/a.txt", b"first"), ("root/a.txt", b"second")]), "root/a.txt"),
+        (
+            lambda tmp: _tar_with(tmp / "data.tar", [("root/a.txt", b"first"), ("./root//a.txt", b"second")]),
+            "./root//a.txt",
+        ),
+        (lambda tmp: _zip_with(tmp / "data.zip", [("root/a.txt", b"first"), ("root/a.txt", b"second")]), "root/a.txt"),
+    ],
+)
 def test_an_archive_with_a_member_twice_names_it_and_extracts_nothing(tmp_path: Path, build, member: str):
     """Extraction used to keep the last copy silently, so the dataset depended on the member order."""
     archive = build(tmp_path)
     out = tmp_path / "out"
-    with pytest.raises(UnsafeArchiveError, match=rf"{re.escape(str(archive))}: member '{re.escape(member)}' appears "
-                                                 r"more than once.*download it again"):
+    with pytest.raises(
+        UnsafeArchiveError,
+        match=rf"{re.escape(str(archive))}: member '{re.escape(member)}' appears "
+        r"more than once.*download it again",
+    ):
         extract_archive(archive, out)
     assert not out.exists() or not list(out.iterdir())
 

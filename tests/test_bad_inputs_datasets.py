@@ -24,7 +24,10 @@ from dmlbench.cli import main
 from dmlbench.params import load_config
 
 MAKERS: dict[str, Callable[[Path], FakeCopy]] = {
-    "cars196": make_cars, "sop": make_sop, "inshop": make_inshop, "vehicleid": make_vehicleid,
+    "cars196": make_cars,
+    "sop": make_sop,
+    "inshop": make_inshop,
+    "vehicleid": make_vehicleid,
 }
 #: The fixes the messages name.
 RESTORE = "restore this file from the dataset's official archive"
@@ -61,26 +64,32 @@ class Case:
 
 def lines(name: str, edit: Callable[[list[bytes]], list[bytes]]) -> Edit:
     """Rewrite list file ``name`` (relative to the root) through ``edit`` of its lines (no line ends)."""
+
     def apply(root: Path) -> None:
         path = root / name
         path.write_bytes(b"\n".join(edit(path.read_bytes().split(b"\n"))))
+
     return apply
 
 
 def line(name: str, number: int, edit: Callable[[bytes], bytes]) -> Edit:
     """Rewrite 1-based line ``number`` of list file ``name`` through ``edit``."""
+
     def at(rows: list[bytes]) -> list[bytes]:
         rows[number - 1] = edit(rows[number - 1])
         return rows
+
     return lines(name, at)
 
 
 def cell(name: str, number: int, column: int, value: bytes) -> Edit:
     """Set the whitespace-separated cell ``column`` (0-based) of line ``number`` of ``name`` to ``value``."""
+
     def set_cell(text: bytes) -> bytes:
         cells = text.split()
         cells[column] = value
         return b" ".join(cells)
+
     return line(name, number, set_cell)
 
 
@@ -105,31 +114,38 @@ def delete(name: str) -> Edit:
 
 def truncate_image(name: str) -> Edit:
     """A JPEG whose header is valid and whose pixel data stops short: only decoding finds it."""
+
     def apply(root: Path) -> None:
         noise = np.random.default_rng(0).integers(0, 256, size=(96, 128, 3), dtype=np.uint8)
         Image.fromarray(noise).save(root / name, format="JPEG", quality=95)
         (root / name).write_bytes((root / name).read_bytes()[:800])
+
     return apply
 
 
 def mat(edit: Callable[[dict[str, np.ndarray]], None]) -> Edit:
     """Load ``cars_annos.mat``, apply ``edit`` to its variables, save it again."""
+
     def apply(root: Path) -> None:
         variables = {k: v for k, v in scipy.io.loadmat(root / CARS).items() if not k.startswith("__")}
         edit(variables)
         scipy.io.savemat(root / CARS, variables)
+
     return apply
 
 
 def annotation(index: int, name: str, value: Any) -> Edit:
     """Set field ``name`` of the 1-based annotation ``index`` of ``cars_annos.mat``."""
+
     def edit(variables: dict[str, np.ndarray]) -> None:
         variables["annotations"][0, index - 1][name] = value
+
     return mat(edit)
 
 
 def drop_field(name: str) -> Edit:
     """Remove field ``name`` from every annotation."""
+
     def edit(variables: dict[str, np.ndarray]) -> None:
         old = variables["annotations"]
         kept = [n for n in old.dtype.names if n != name]
@@ -137,6 +153,7 @@ def drop_field(name: str) -> Edit:
         for n in kept:
             new[n] = old[n]
         variables["annotations"] = new
+
     return mat(edit)
 
 
@@ -155,8 +172,9 @@ def list_cases(kind: str, name: str, first_row: int, label_column: int, bad_labe
     cases = {
         "empty": Case(kind, content(name, b""), f"{Path(name).name}: no rows"),
         "not_utf8": Case(kind, line(name, row, lambda b: b + b"\xe9\xff"), f"{Path(name).name}:{row}: not UTF-8"),
-        "missing_column": Case(kind, line(name, row, lambda b: b.rsplit(b" ", 1)[0]),
-                               f"{Path(name).name}:{row}: expected"),
+        "missing_column": Case(
+            kind, line(name, row, lambda b: b.rsplit(b" ", 1)[0]), f"{Path(name).name}:{row}: expected"
+        ),
         "extra_column": Case(kind, line(name, row, lambda b: b + b" extra"), f"{Path(name).name}:{row}: expected"),
         "listed_twice": Case(kind, repeat_line(name, first_row, row + 1), f"{Path(name).name}:{row + 2}: image"),
     }
@@ -177,27 +195,38 @@ CASES: dict[str, Case] = {
     "sop-missing": Case("sop", delete(SOP_TEST), SOP_TEST, "dmlbench download sop"),
     "sop-only_header": Case("sop", lines(SOP_TRAIN, lambda rows: rows[:1]), f"{SOP_TRAIN}: no rows"),
     "sop-no_header": Case("sop", lines(SOP_TRAIN, lambda rows: rows[1:]), f"{SOP_TRAIN}:1: expected the header"),
-    "sop-wrong_header": Case("sop", line(SOP_TRAIN, 1, lambda b: b"id class super path"),
-                             f"{SOP_TRAIN}:1: expected the header"),
+    "sop-wrong_header": Case(
+        "sop", line(SOP_TRAIN, 1, lambda b: b"id class super path"), f"{SOP_TRAIN}:1: expected the header"
+    ),
     "sop-super_class_word": Case("sop", cell(SOP_TRAIN, 3, 2, b"x"), f"{SOP_TRAIN}:3: super_class_id"),
     "sop-two_super_classes": Case("sop", cell(SOP_TRAIN, 3, 2, b"7"), f"{SOP_TRAIN}:3 and"),
     "sop-two_folders": Case("sop", cell(SOP_TRAIN, 3, 3, b"chair_final/111085122801_1.JPG"), f"{SOP_TRAIN}:3 and"),
-    "sop-two_ids_one_file": Case("sop", cell(SOP_TRAIN, 3, 3, b"bicycle_final/111085122801_0.JPG"),
-                                 f"{SOP_TRAIN}:3: image"),
+    "sop-two_ids_one_file": Case(
+        "sop", cell(SOP_TRAIN, 3, 3, b"bicycle_final/111085122801_0.JPG"), f"{SOP_TRAIN}:3: image"
+    ),
     "sop-path_leaves_root": Case("sop", cell(SOP_TRAIN, 3, 3, b"../../etc/passwd"), f"{SOP_TRAIN}:3: image name"),
     "sop-absolute_path": Case("sop", cell(SOP_TRAIN, 3, 3, b"/etc/passwd"), f"{SOP_TRAIN}:3: image name"),
-    "sop-class_in_train_and_test": Case("sop", replace(SOP_TEST, b" 5 1 bicycle", b" 1 1 bicycle"),
-                                        f"in test at {{root}}/{SOP_TEST}:2"),
+    "sop-class_in_train_and_test": Case(
+        "sop", replace(SOP_TEST, b" 5 1 bicycle", b" 1 1 bicycle"), f"in test at {{root}}/{SOP_TEST}:2"
+    ),
     "sop-image_missing": Case("sop", delete(SOP_IMAGE), f"listed at {{root}}/{SOP_TRAIN}:3", RESTORE_IMAGES),
-    "sop-image_empty": Case("sop", content(SOP_IMAGE, b""), f"listed at {{root}}/{SOP_TRAIN}:3", RESTORE_IMAGES,
-                            {"verify_images": True}),
-    "sop-image_truncated": Case("sop", truncate_image(SOP_IMAGE), f"listed at {{root}}/{SOP_TRAIN}:3",
-                                RESTORE_IMAGES, {"verify_images": "decode"}),
-    **list_cases("inshop", INSHOP, 3, 1, {"word": b"abc", "negative": b"id_-3", "float": b"id_3.0",
-                                          "zero": b"id_00000000"}),
+    "sop-image_empty": Case(
+        "sop", content(SOP_IMAGE, b""), f"listed at {{root}}/{SOP_TRAIN}:3", RESTORE_IMAGES, {"verify_images": True}
+    ),
+    "sop-image_truncated": Case(
+        "sop",
+        truncate_image(SOP_IMAGE),
+        f"listed at {{root}}/{SOP_TRAIN}:3",
+        RESTORE_IMAGES,
+        {"verify_images": "decode"},
+    ),
+    **list_cases(
+        "inshop", INSHOP, 3, 1, {"word": b"abc", "negative": b"id_-3", "float": b"id_3.0", "zero": b"id_00000000"}
+    ),
     # a repeated row also breaks the count on line 1, which is checked first
-    "inshop-list_eval_partition-listed_twice": Case("inshop", repeat_line(INSHOP, 3, 5),
-                                                    f"{INSHOP}: first line says '20' images, the file lists 21"),
+    "inshop-list_eval_partition-listed_twice": Case(
+        "inshop", repeat_line(INSHOP, 3, 5), f"{INSHOP}: first line says '20' images, the file lists 21"
+    ),
     "inshop-missing": Case("inshop", delete(INSHOP), INSHOP, "dmlbench download inshop"),
     "inshop-only_header": Case("inshop", lines(INSHOP, lambda rows: rows[:2]), f"{INSHOP}: no rows"),
     "inshop-count_word": Case("inshop", line(INSHOP, 1, lambda b: b"many"), f"{INSHOP}:1: expected the number"),
@@ -206,73 +235,104 @@ CASES: dict[str, Case] = {
     "inshop-wrong_header": Case("inshop", line(INSHOP, 2, lambda b: b"a b c"), f"{INSHOP}:2: expected the header"),
     "inshop-bad_status": Case("inshop", cell(INSHOP, 4, 2, b"val"), f"{INSHOP}:4: "),
     "inshop-path_leaves_root": Case("inshop", cell(INSHOP, 4, 0, b"../../etc/passwd"), f"{INSHOP}:4: image name"),
-    "inshop-two_rows_one_file": Case("inshop", cell(INSHOP, 4, 0, b"img/WOMEN/Dresses/id_00000001/01_1_front.jpg"),
-                                     f"{INSHOP}:4: image"),
-    "inshop-item_in_train_and_query": Case("inshop", replace(INSHOP, b" id_00000005 ", b" id_00000001 "),
-                                           f"in query at {{root}}/{INSHOP}:11"),
+    "inshop-two_rows_one_file": Case(
+        "inshop", cell(INSHOP, 4, 0, b"img/WOMEN/Dresses/id_00000001/01_1_front.jpg"), f"{INSHOP}:4: image"
+    ),
+    "inshop-item_in_train_and_query": Case(
+        "inshop", replace(INSHOP, b" id_00000005 ", b" id_00000001 "), f"in query at {{root}}/{INSHOP}:11"
+    ),
     "inshop-image_missing": Case("inshop", delete(INSHOP_IMAGE), f"listed at {{root}}/{INSHOP}:4", RESTORE_IMAGES),
     **list_cases("vehicleid", VID_TRAIN, 1, 1, NUMBERS),
     **list_cases("vehicleid", VID_TEST, 1, 1, NUMBERS),
     "vehicleid-missing": Case("vehicleid", delete(VID_TRAIN), "train_list.txt", "dmlbench download vehicleid"),
-    "vehicleid-path_leaves_root": Case("vehicleid", cell(VID_TRAIN, 2, 0, b"../../../etc/x"),
-                                       "train_list.txt:2: image name"),
-    "vehicleid-one_image_two_vehicles": Case("vehicleid",  # a train image of vehicle 1 in the test list too
-                                             lines(VID_TEST, lambda rows: [rows[0], b"0000100 10", *rows[1:]]),
-                                             "test_list_800.txt:2: image"),
-    "vehicleid-vehicle_in_train_and_test": Case("vehicleid", replace(VID_TEST, b" 10\n", b" 1\n"),
-                                                "in test at {root}/" + VID_TEST + ":1"),
-    "vehicleid-image_missing": Case("vehicleid", delete(VID_IMAGE), f"listed at {{root}}/{VID_TRAIN}:2",
-                                    RESTORE_IMAGES),
+    "vehicleid-path_leaves_root": Case(
+        "vehicleid", cell(VID_TRAIN, 2, 0, b"../../../etc/x"), "train_list.txt:2: image name"
+    ),
+    "vehicleid-one_image_two_vehicles": Case(
+        "vehicleid",  # a train image of vehicle 1 in the test list too
+        lines(VID_TEST, lambda rows: [rows[0], b"0000100 10", *rows[1:]]),
+        "test_list_800.txt:2: image",
+    ),
+    "vehicleid-vehicle_in_train_and_test": Case(
+        "vehicleid", replace(VID_TEST, b" 10\n", b" 1\n"), "in test at {root}/" + VID_TEST + ":1"
+    ),
+    "vehicleid-image_missing": Case(
+        "vehicleid", delete(VID_IMAGE), f"listed at {{root}}/{VID_TRAIN}:2", RESTORE_IMAGES
+    ),
     "cars196-missing": Case("cars196", delete(CARS), CARS, "dmlbench download cars196"),
     "cars196-empty": Case("cars196", content(CARS, b""), f"{CARS}: cannot read", RESTORE_MAT),
     "cars196-garbage": Case("cars196", content(CARS, b"not a MATLAB file " * 20), f"{CARS}: cannot read", RESTORE_MAT),
-    "cars196-truncated": Case("cars196", lambda root: (root / CARS).write_bytes((root / CARS).read_bytes()[:400]),
-                              f"{CARS}: cannot read", RESTORE_MAT),
-    "cars196-no_annotations": Case("cars196", mat(lambda v: v.pop("annotations")), f"{CARS}: no variable",
-                                   RESTORE_MAT),
-    "cars196-no_class_names": Case("cars196", mat(lambda v: v.pop("class_names")), f"{CARS}: no variable",
-                                   RESTORE_MAT),
+    "cars196-truncated": Case(
+        "cars196",
+        lambda root: (root / CARS).write_bytes((root / CARS).read_bytes()[:400]),
+        f"{CARS}: cannot read",
+        RESTORE_MAT,
+    ),
+    "cars196-no_annotations": Case("cars196", mat(lambda v: v.pop("annotations")), f"{CARS}: no variable", RESTORE_MAT),
+    "cars196-no_class_names": Case("cars196", mat(lambda v: v.pop("class_names")), f"{CARS}: no variable", RESTORE_MAT),
     "cars196-no_class_field": Case("cars196", drop_field("class"), f"{CARS}: annotations lack", RESTORE_MAT),
     "cars196-no_box_field": Case("cars196", drop_field("bbox_x2"), f"{CARS}: annotations lack", RESTORE_MAT),
-    "cars196-annotations_not_a_struct": Case("cars196", mat(lambda v: v.__setitem__("annotations", np.zeros((1, 3)))),
-                                             f"{CARS}: annotations lack", RESTORE_MAT),
-    "cars196-class_names_numbers": Case("cars196", mat(lambda v: v.__setitem__("class_names", np.arange(196.0))),
-                                        f"{CARS}: class_names", RESTORE_MAT),
-    "cars196-class_word": Case("cars196", annotation(3, "class", np.array(["abc"])), f"{CARS}: annotation 3",
-                               RESTORE_MAT),
-    "cars196-class_zero": Case("cars196", annotation(3, "class", np.array([[0]])), f"{CARS}: annotation 3",
-                               RESTORE_MAT),
-    "cars196-class_negative": Case("cars196", annotation(3, "class", np.array([[-3]], dtype=np.int16)),
-                                   f"{CARS}: annotation 3", RESTORE_MAT),
-    "cars196-class_197": Case("cars196", annotation(3, "class", np.array([[197]])), f"{CARS}: annotation 3",
-                              RESTORE_MAT),
-    "cars196-class_fraction": Case("cars196", annotation(3, "class", np.array([[2.5]])), f"{CARS}: annotation 3",
-                                   RESTORE_MAT),
-    "cars196-class_empty": Case("cars196", annotation(3, "class", np.zeros((0, 0))), f"{CARS}: annotation 3",
-                                RESTORE_MAT),
-    "cars196-class_two_values": Case("cars196", annotation(3, "class", np.array([[1, 2]])), f"{CARS}: annotation 3",
-                                     RESTORE_MAT),
-    "cars196-box_nan": Case("cars196", annotation(3, "bbox_x1", np.array([[np.nan]])), f"{CARS}: annotation 3",
-                            RESTORE_MAT),
-    "cars196-box_word": Case("cars196", annotation(3, "bbox_y1", np.array(["x"])), f"{CARS}: annotation 3",
-                             RESTORE_MAT),
+    "cars196-annotations_not_a_struct": Case(
+        "cars196",
+        mat(lambda v: v.__setitem__("annotations", np.zeros((1, 3)))),
+        f"{CARS}: annotations lack",
+        RESTORE_MAT,
+    ),
+    "cars196-class_names_numbers": Case(
+        "cars196", mat(lambda v: v.__setitem__("class_names", np.arange(196.0))), f"{CARS}: class_names", RESTORE_MAT
+    ),
+    "cars196-class_word": Case(
+        "cars196", annotation(3, "class", np.array(["abc"])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-class_zero": Case(
+        "cars196", annotation(3, "class", np.array([[0]])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-class_negative": Case(
+        "cars196", annotation(3, "class", np.array([[-3]], dtype=np.int16)), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-class_197": Case(
+        "cars196", annotation(3, "class", np.array([[197]])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-class_fraction": Case(
+        "cars196", annotation(3, "class", np.array([[2.5]])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-class_empty": Case(
+        "cars196", annotation(3, "class", np.zeros((0, 0))), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-class_two_values": Case(
+        "cars196", annotation(3, "class", np.array([[1, 2]])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-box_nan": Case(
+        "cars196", annotation(3, "bbox_x1", np.array([[np.nan]])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-box_word": Case(
+        "cars196", annotation(3, "bbox_y1", np.array(["x"])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
     "cars196-box_inverted": Case("cars196", mat(swap_x), f"{CARS}: annotation 3", RESTORE_MAT),
-    "cars196-path_number": Case("cars196", annotation(3, "relative_im_path", np.array([[5]])), f"{CARS}: annotation 3",
-                                RESTORE_MAT),
-    "cars196-path_empty": Case("cars196", annotation(3, "relative_im_path", np.array([""])), f"{CARS}: annotation 3",
-                               RESTORE_MAT),
-    "cars196-path_leaves_root": Case("cars196", annotation(3, "relative_im_path", np.array(["../../etc/passwd"])),
-                                     f"{CARS}: annotation 3: image name"),
-    "cars196-two_annotations_one_file": Case("cars196",
-                                             annotation(4, "relative_im_path", np.array(["car_ims/000001.jpg"])),
-                                             f"{CARS}: annotation 4: image"),
+    "cars196-path_number": Case(
+        "cars196", annotation(3, "relative_im_path", np.array([[5]])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-path_empty": Case(
+        "cars196", annotation(3, "relative_im_path", np.array([""])), f"{CARS}: annotation 3", RESTORE_MAT
+    ),
+    "cars196-path_leaves_root": Case(
+        "cars196",
+        annotation(3, "relative_im_path", np.array(["../../etc/passwd"])),
+        f"{CARS}: annotation 3: image name",
+    ),
+    "cars196-two_annotations_one_file": Case(
+        "cars196", annotation(4, "relative_im_path", np.array(["car_ims/000001.jpg"])), f"{CARS}: annotation 4: image"
+    ),
     "cars196-annotation_twice": Case("cars196", mat(repeat_annotation), f"{CARS}: annotation 19: image"),
-    "cars196-no_annotations_left": Case("cars196", mat(lambda v: v.__setitem__("annotations", v["annotations"][:, :0])),
-                                        CARS, RE_EXTRACT),
-    "cars196-image_missing": Case("cars196", delete(CARS_IMAGE), f"listed at {{root}}/{CARS}: annotation 2",
-                                  RESTORE_IMAGES),
-    "cars196-image_truncated": Case("cars196", truncate_image(CARS_IMAGE), f"listed at {{root}}/{CARS}: annotation 2",
-                                    RESTORE_IMAGES),
+    "cars196-no_annotations_left": Case(
+        "cars196", mat(lambda v: v.__setitem__("annotations", v["annotations"][:, :0])), CARS, RE_EXTRACT
+    ),
+    "cars196-image_missing": Case(
+        "cars196", delete(CARS_IMAGE), f"listed at {{root}}/{CARS}: annotation 2", RESTORE_IMAGES
+    ),
+    "cars196-image_truncated": Case(
+        "cars196", truncate_image(CARS_IMAGE), f"listed at {{root}}/{CARS}: annotation 2", RESTORE_IMAGES
+    ),
 }
 
 
@@ -304,8 +364,9 @@ def prepare(fake: FakeCopy, kind: str, out: Path, monkeypatch: pytest.MonkeyPatc
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_a_damaged_copy_exits_2_naming_file_row_and_fix_and_writes_nothing(case: Case, tmp_path: Path, capsys,
-                                                                           monkeypatch):
+def test_a_damaged_copy_exits_2_naming_file_row_and_fix_and_writes_nothing(
+    case: Case, tmp_path: Path, capsys, monkeypatch
+):
     fake = MAKERS[case.kind](tmp_path / "raw")
     case.edit(fake.root)
     out = tmp_path / "out"
@@ -325,8 +386,10 @@ def test_a_failing_prepare_leaves_an_earlier_prepared_folder_as_it_was(tmp_path:
     before = snapshot(out)
     cell(SOP_TEST, 3, 2, b"9")(fake.root)  # class 5's second image under another super class
     assert prepare(fake, "sop", out, monkeypatch) == 2
-    assert f"class 5 has super_class_id 9 and 1, folder 'bicycle' and 'bicycle' ({fake.root / SOP_TEST}:3" in \
-        capsys.readouterr().err
+    assert (
+        f"class 5 has super_class_id 9 and 1, folder 'bicycle' and 'bicycle' ({fake.root / SOP_TEST}:3"
+        in capsys.readouterr().err
+    )
     assert snapshot(out) == before
 
 
@@ -366,9 +429,9 @@ def clean_manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes
 
 @pytest.mark.parametrize("variation", VARIATIONS)
 @pytest.mark.parametrize(("kind", "name"), [(k, n) for k, names in LIST_FILES.items() for n in names])
-def test_harmless_variations_of_a_list_file_give_the_same_manifest(kind: str, name: str, variation: str,
-                                                                   clean_manifests: dict[str, bytes],
-                                                                   tmp_path: Path, monkeypatch):
+def test_harmless_variations_of_a_list_file_give_the_same_manifest(
+    kind: str, name: str, variation: str, clean_manifests: dict[str, bytes], tmp_path: Path, monkeypatch
+):
     fake = MAKERS[kind](tmp_path / "raw")
     path = fake.root / name
     path.write_bytes(VARIATIONS[variation](path.read_bytes()))
@@ -379,8 +442,15 @@ def test_harmless_variations_of_a_list_file_give_the_same_manifest(kind: str, na
 
 # --- prepare never deletes or overwrites what it does not own (issue 28, data loss) ---------------------------
 
-SYNTHETIC = {"kind": "synthetic", "recall_ks": [1], "num_classes": 4, "images_per_class": 2, "image_size": 32,
-             "classes_per_family": 2, "seed": 0}
+SYNTHETIC = {
+    "kind": "synthetic",
+    "recall_ks": [1],
+    "num_classes": 4,
+    "images_per_class": 2,
+    "image_size": 32,
+    "classes_per_family": 2,
+    "seed": 0,
+}
 
 
 @pytest.mark.parametrize("files", [["images/mine.png"], ["notes.txt"], ["images/"], [".hidden"], ["a/b/c.jpg"]])
@@ -395,8 +465,21 @@ def test_prepare_refuses_a_non_empty_folder_it_did_not_make(tmp_path: Path, caps
             path.write_bytes(b"mine")
     before = snapshot(out)
     (tmp_path / "overlay.yaml").write_text(yaml.safe_dump({"datasets": {"synthetic": SYNTHETIC}}))
-    assert main(["prepare", "synthetic", "--out", str(out), "--config", str(REPO / "params.yaml"),
-                 "--config", str(tmp_path / "overlay.yaml")]) == 2
+    assert (
+        main(
+            [
+                "prepare",
+                "synthetic",
+                "--out",
+                str(out),
+                "--config",
+                str(REPO / "params.yaml"),
+                "--config",
+                str(tmp_path / "overlay.yaml"),
+            ]
+        )
+        == 2
+    )
     assert "not made by dmlbench prepare" in capsys.readouterr().err and snapshot(out) == before
 
 

@@ -41,8 +41,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def snakemake(project: Path, *args: str, command: list[str] = SNAKEMAKE_MODULE) -> subprocess.CompletedProcess:
     """``snakemake -n -p --forceall TARGET ARGS`` in ``project``."""
-    return subprocess.run([*command, "-n", "-p", "--forceall", TARGET, *args], cwd=project, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [*command, "-n", "-p", "--forceall", TARGET, *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def train_command(result: subprocess.CompletedProcess) -> list[str]:
@@ -59,14 +65,21 @@ def config_files(command: list[str]) -> list[str]:
 
 # --- snakemake --config KEY=VALUE ------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("overrides", "overlay", "expected"), [
-    (["training={device: cpu}"], {"training": {"device": "cpu"}}, {("device",): "cpu"}),
-    (["training={selection: last}", "methods={margin: {training: {backbone: {pooling: max}}}}"],
-     {"training": {"selection": "last"}, "methods": {"margin": {"training": {"backbone": {"pooling": "max"}}}}},
-     {("selection",): "last", ("backbone", "pooling"): "max"}),
-])
-def test_config_overrides_reach_the_command_as_a_generated_overlay(project: Path, overrides: list[str],
-                                                                    overlay: dict, expected: dict):
+
+@pytest.mark.parametrize(
+    ("overrides", "overlay", "expected"),
+    [
+        (["training={device: cpu}"], {"training": {"device": "cpu"}}, {("device",): "cpu"}),
+        (
+            ["training={selection: last}", "methods={margin: {training: {backbone: {pooling: max}}}}"],
+            {"training": {"selection": "last"}, "methods": {"margin": {"training": {"backbone": {"pooling": "max"}}}}},
+            {("selection",): "last", ("backbone", "pooling"): "max"},
+        ),
+    ],
+)
+def test_config_overrides_reach_the_command_as_a_generated_overlay(
+    project: Path, overrides: list[str], overlay: dict, expected: dict
+):
     """`--config KEY=VALUE` (one key or two, nested 2 to 5 levels) changed Snakemake's plan only; now the
     command gets them as its last parameter file, named by its content's SHA-256, and the run it resolves
     has the overridden values."""
@@ -85,12 +98,16 @@ def test_config_overrides_reach_the_command_as_a_generated_overlay(project: Path
         assert got == value and before != value, keys
 
 
-@pytest.mark.parametrize(("override", "named"), [
-    ("bogus=1", "'bogus' was unexpected"),
-    ("training={devise: cpu}", "'devise' was unexpected"),
-])
-def test_an_override_outside_the_schema_is_refused_naming_the_key_and_the_command_line(project: Path, override: str,
-                                                                                        named: str):
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("bogus=1", "'bogus' was unexpected"),
+        ("training={devise: cpu}", "'devise' was unexpected"),
+    ],
+)
+def test_an_override_outside_the_schema_is_refused_naming_the_key_and_the_command_line(
+    project: Path, override: str, named: str
+):
     result = snakemake(project, "--config", override)
     output = result.stdout + result.stderr
     assert result.returncode != 0
@@ -107,40 +124,60 @@ def test_experiments_files_cannot_come_from_the_command_line(tmp_path: Path, lis
 
 # --- snakemake --configfile a.yaml --configfile b.yaml ---------------------------------------------------
 
-@pytest.mark.parametrize(("options", "command"), [
-    (["--configfile", "--configfile"], SNAKEMAKE_SCRIPT),
-    (["--configfile", "--configfiles", "--configfile="], SNAKEMAKE_MODULE),
-])
-def test_a_repeated_configfile_option_is_refused_and_one_option_takes_every_overlay(project: Path, options: list[str],
-                                                                                   command: list[str]):
+
+@pytest.mark.parametrize(
+    ("options", "command"),
+    [
+        (["--configfile", "--configfile"], SNAKEMAKE_SCRIPT),
+        (["--configfile", "--configfiles", "--configfile="], SNAKEMAKE_MODULE),
+    ],
+)
+def test_a_repeated_configfile_option_is_refused_and_one_option_takes_every_overlay(
+    project: Path, options: list[str], command: list[str]
+):
     """Snakemake kept the overlays of the last --configfile only; now a second one is an error that says how
     to give them all, and one --configfile with all of them passes them all, in order."""
     overlays = [f"overlay{i}.yaml" for i in range(len(options))]
     for i, overlay in enumerate(overlays):
         (project / overlay).write_text(f"evaluation: {{chunk_size: {100 + i}}}\n")
-    repeated = [word for option, overlay in zip(options, overlays)
-                for word in ([option + overlay] if option.endswith("=") else [option, overlay])]
+    repeated = [
+        word
+        for option, overlay in zip(options, overlays)
+        for word in ([option + overlay] if option.endswith("=") else [option, overlay])
+    ]
     result = snakemake(project, *repeated, command=command)
     assert result.returncode != 0
     assert f"--configfile given {len(options)} times" in result.stdout + result.stderr
     assert "give every overlay after one --configfile: --configfile a.yaml b.yaml" in result.stdout + result.stderr
-    assert config_files(train_command(snakemake(project, "--configfile", *overlays, command=command))) == \
-        ["params.yaml", *(str(project / overlay) for overlay in overlays)]
+    assert config_files(train_command(snakemake(project, "--configfile", *overlays, command=command))) == [
+        "params.yaml",
+        *(str(project / overlay) for overlay in overlays),
+    ]
 
 
-@pytest.mark.parametrize(("argv", "options"), [
-    (["snakemake", "-n", "--configf", "a.yaml", "--configfiles=b.yaml", "--config", "x=1"],
-     ["--configf", "--configfiles=b.yaml"]),
-    (["/venv/bin/snakemake", "--configfile", "a.yaml", "b.yaml", "--configfile-x", "--config-file"], ["--configfile"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "options"),
+    [
+        (
+            ["snakemake", "-n", "--configf", "a.yaml", "--configfiles=b.yaml", "--config", "x=1"],
+            ["--configf", "--configfiles=b.yaml"],
+        ),
+        (
+            ["/venv/bin/snakemake", "--configfile", "a.yaml", "b.yaml", "--configfile-x", "--config-file"],
+            ["--configfile"],
+        ),
+    ],
+)
 def test_configfile_options_counts_every_spelling_argparse_accepts(argv: list[str], options: list[str]):
     assert configfile_options(argv) == options
 
 
 # --- a file dated in the future -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("future", ["data/prepared/synthetic/manifest.csv",
-                                    "results/runs/synthetic/margin/seed0/checkpoint.pt"])
+
+@pytest.mark.parametrize(
+    "future", ["data/prepared/synthetic/manifest.csv", "results/runs/synthetic/margin/seed0/checkpoint.pt"]
+)
 def test_a_future_dated_file_stops_the_workflow_naming_it_before_any_job(tmp_path: Path, future: str):
     """A manifest or a finished checkpoint dated 2 h ahead made Snakemake take what was made from it (or the
     checkpoint itself) as out of date; now `snakemake -n` stops, naming the file and the fix."""
@@ -162,8 +199,8 @@ def test_future_dated_files_walks_only_the_levels_rules_read(tmp_path: Path, mon
     prepared dataset and a file within the slack are not."""
     now = 1_000_000.0
     dated = {
-        "data/prepared/cub/manifest.csv": now + 3600,         # found: depth 2
-        "data/prepared/cub/images/0001.jpg": now + 3600,      # too deep: not walked
+        "data/prepared/cub/manifest.csv": now + 3600,  # found: depth 2
+        "data/prepared/cub/images/0001.jpg": now + 3600,  # too deep: not walked
         "results/runs/cub/triplet/seed0/metrics.json": now + 61,  # found: depth 5, just beyond the slack
         "results/runs/cub/triplet/seed1/checkpoint.pt": now + 59,  # within the slack
         "results/tables/table1.tex": now,
@@ -179,5 +216,7 @@ def test_future_dated_files_walks_only_the_levels_rules_read(tmp_path: Path, mon
         os.utime(name, (mtime, mtime))
     found = future_dated_files({"data/prepared": 2, "results": 5, "missing": 3}, now=now, slack=60)
     assert [(str(path), round(ahead)) for path, ahead in found] == [
-        ("data/prepared/cub/images", 7200), ("data/prepared/cub/manifest.csv", 3600),
-        ("results/runs/cub/triplet/seed0/metrics.json", 61)]
+        ("data/prepared/cub/images", 7200),
+        ("data/prepared/cub/manifest.csv", 3600),
+        ("results/runs/cub/triplet/seed0/metrics.json", 61),
+    ]

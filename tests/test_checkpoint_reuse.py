@@ -22,9 +22,16 @@ from conftest import REPO
 VARIANTS = ("mpn_test_rknn", "mpn_test_kmeans", "mpn_test_nn")
 #: shrinks every synthetic run to seconds; the MPN's reciprocal-kNN test batches fit the tiny test split.
 TINY_OVERLAY = {
-    "training": {"device": "cpu", "amp": False, "embedding_dim": 8, "eval_batch_size": 16, "val_fraction": 0.34,
-                 "backbone": {"width": 4, "pretrained": None}, "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
-                 "sampler": {"classes_per_batch": 3, "images_per_class": 3}},
+    "training": {
+        "device": "cpu",
+        "amp": False,
+        "embedding_dim": 8,
+        "eval_batch_size": 16,
+        "val_fraction": 0.34,
+        "backbone": {"width": 4, "pretrained": None},
+        "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
+        "sampler": {"classes_per_batch": 3, "images_per_class": 3},
+    },
     "methods": {"mpn": {"options": {"rknn_k": 3, "test_batch_size": 4}}},
 }
 
@@ -52,12 +59,15 @@ def test_checkpoint_of_is_not_inherited(params):
 
 
 # --- validation -----------------------------------------------------------------------------
-@pytest.mark.parametrize(("change", "key"), [
-    ({"options": {"heads": 4}}, "options.heads"),
-    ({"loss": {"aux_weight": 0.0}}, "loss.aux_weight"),
-    ({"training": {"epochs": 3}}, "training.epochs"),
-    ({"per_dataset": {"synthetic": {"options": {"steps": 2}}}}, "options.steps"),
-])
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"options": {"heads": 4}}, "options.heads"),
+        ({"loss": {"aux_weight": 0.0}}, "loss.aux_weight"),
+        ({"training": {"epochs": 3}}, "training.epochs"),
+        ({"per_dataset": {"synthetic": {"options": {"steps": 2}}}}, "options.steps"),
+    ],
+)
 def test_a_variant_that_changes_training_is_rejected_naming_the_key(params, change, key):
     config = with_methods(params, mpn_variant={"base": "mpn", "checkpoint_of": "mpn", **change})
     with pytest.raises(ConfigError, match=rf"methods\.mpn_variant\.checkpoint_of.*{key}.*checkpoint_of"):
@@ -65,19 +75,31 @@ def test_a_variant_that_changes_training_is_rejected_naming_the_key(params, chan
 
 
 def test_a_variant_may_change_test_time_options_and_label(params):
-    test_time = {"test_embedding": "mpn", "test_batches": "kmeans", "test_seed": 3, "test_chunk_size": 2,
-                 "test_chunks_per_batch": 2, "kmeans_images_per_cluster": 3.0, "rknn_k": 5, "rknn_alpha": 0.5}
-    validate_config(with_methods(params, mpn_variant={"base": "mpn", "checkpoint_of": "mpn", "label": "x",
-                                                      "options": test_time}))
+    test_time = {
+        "test_embedding": "mpn",
+        "test_batches": "kmeans",
+        "test_seed": 3,
+        "test_chunk_size": 2,
+        "test_chunks_per_batch": 2,
+        "kmeans_images_per_cluster": 3.0,
+        "rknn_k": 5,
+        "rknn_alpha": 0.5,
+    }
+    validate_config(
+        with_methods(params, mpn_variant={"base": "mpn", "checkpoint_of": "mpn", "label": "x", "options": test_time})
+    )
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ({"base": "mpn", "checkpoint_of": "nothing"}, r"'nothing' is not defined"),
-    ({"base": "mpn", "checkpoint_of": "mpn_test_rknn"}, r"'mpn_test_rknn' has no checkpoint of its own"),
-    ({"base": "mpn", "checkpoint_of": "mpn_ens2"}, r"'mpn_ens2' has no checkpoint of its own"),
-    ({"base": "triplet", "checkpoint_of": "mpn"}, r"\['recipe'"),
-    ({"base": "mpn", "checkpoint_of": "mpn_variant"}, r"its own checkpoint"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"base": "mpn", "checkpoint_of": "nothing"}, r"'nothing' is not defined"),
+        ({"base": "mpn", "checkpoint_of": "mpn_test_rknn"}, r"'mpn_test_rknn' has no checkpoint of its own"),
+        ({"base": "mpn", "checkpoint_of": "mpn_ens2"}, r"'mpn_ens2' has no checkpoint of its own"),
+        ({"base": "triplet", "checkpoint_of": "mpn"}, r"\['recipe'"),
+        ({"base": "mpn", "checkpoint_of": "mpn_variant"}, r"its own checkpoint"),
+    ],
+)
 def test_checkpoint_of_must_name_another_trained_method(params, entry, message):
     with pytest.raises(ConfigError, match=message):
         validate_config(with_methods(params, mpn_variant=entry))
@@ -114,7 +136,8 @@ def embed_args(run_dir: Path, method: str, config_files: list[str], manifest: Pa
 
 
 def test_embed_reembeds_the_base_checkpoint_with_the_variants_test_time_options(
-        tiny_config_files, tiny_manifest, tmp_path):
+    tiny_config_files, tiny_manifest, tmp_path
+):
     config = load_config(tiny_config_files)
     base = save_untrained_checkpoint(resolve_run(config, "synthetic", "mpn", 0), tmp_path / "mpn" / "checkpoint.pt")
     variant_npz = tmp_path / "variant.npz"
@@ -131,8 +154,9 @@ def test_embed_reembeds_the_base_checkpoint_with_the_variants_test_time_options(
 
 
 @pytest.mark.parametrize(("method", "key"), [("mpn_l1_h4", "options.heads"), ("triplet", "recipe")])
-def test_embed_refuses_a_method_that_trains_differently(tiny_config_files, tiny_manifest, tmp_path, capsys,
-                                                        method, key):
+def test_embed_refuses_a_method_that_trains_differently(
+    tiny_config_files, tiny_manifest, tmp_path, capsys, method, key
+):
     config = load_config(tiny_config_files)
     base = save_untrained_checkpoint(resolve_run(config, "synthetic", "mpn", 0), tmp_path / "mpn" / "checkpoint.pt")
     assert main(embed_args(base.parent, method, tiny_config_files, tiny_manifest, tmp_path / "x.npz")) == 2

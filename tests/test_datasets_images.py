@@ -20,8 +20,16 @@ from dmlbench.data.images import (
 
 @pytest.mark.parametrize(
     ("mode", "suffix"),
-    [("L", ".jpg"), ("CMYK", ".jpg"), ("RGB", ".png"), ("RGBA", ".png"), ("LA", ".png"), ("P", ".png"),
-     ("I;16", ".png"), ("1", ".png")],
+    [
+        ("L", ".jpg"),
+        ("CMYK", ".jpg"),
+        ("RGB", ".png"),
+        ("RGBA", ".png"),
+        ("LA", ".png"),
+        ("P", ".png"),
+        ("I;16", ".png"),
+        ("1", ".png"),
+    ],
 )
 def test_load_rgb_converts_every_mode(tmp_path, mode, suffix):
     path = tmp_path / f"img{suffix}"
@@ -66,10 +74,12 @@ def test_bbox_text_round_trip():
 
 @pytest.mark.parametrize(
     ("bbox", "box"),
-    [((2, 3, 10, 5), (2, 3, 12, 8)),  # inside: exactly the bbox
-     ((2.4, 2.6, 10.2, 4.9), (2, 3, 13, 8)),  # rounded
-     ((-3, 1, 40, 50), (0, 1, 20, 10)),  # clamped to the 20x10 image
-     ((25, 12, 5, 5), (19, 9, 20, 10))],  # outside: one pixel kept
+    [
+        ((2, 3, 10, 5), (2, 3, 12, 8)),  # inside: exactly the bbox
+        ((2.4, 2.6, 10.2, 4.9), (2, 3, 13, 8)),  # rounded
+        ((-3, 1, 40, 50), (0, 1, 20, 10)),  # clamped to the 20x10 image
+        ((25, 12, 5, 5), (19, 9, 20, 10)),
+    ],  # outside: one pixel kept
 )
 def test_crop_box(bbox, box):
     assert crop_box(bbox, (20, 10)) == box

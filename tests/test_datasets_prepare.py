@@ -139,4 +139,3 @@ def test_rerun_overwrites_manifest_atomically(tmp_path):
     assert prepare_dataset(fake.config("sop"), tmp_path / "out").read_bytes() == first
     # no temporary files left; the marker says that prepare owns the folder
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [OWNER_MARKER, "manifest.csv", "super_classes.csv"]
-

@@ -45,8 +45,11 @@ def test_super_classes_file_gives_each_class_its_release_super_class(fake, tmp_p
     sop.prepare(fake.config("sop"), tmp_path / "out")
     table = pd.read_csv(tmp_path / "out" / "super_classes.csv")
     assert list(table.columns) == ["label", "group", "split"]
-    assert table.to_dict("list") == {"label": [1, 2, 3, 4, 5, 6, 7, 8], "group": [1, 2, 1, 2, 1, 2, 1, 2],
-                                     "split": ["train"] * 4 + ["test"] * 4}
+    assert table.to_dict("list") == {
+        "label": [1, 2, 3, 4, 5, 6, 7, 8],
+        "group": [1, 2, 1, 2, 1, 2, 1, 2],
+        "split": ["train"] * 4 + ["test"] * 4,
+    }
     groups = read_class_groups(tmp_path / "out" / "super_classes.csv", "group")
     assert training_class_groups(groups, np.array([1, 2, 3, 4])).tolist() == [0, 1, 0, 1]
 

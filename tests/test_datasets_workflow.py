@@ -204,14 +204,25 @@ def test_snakemake_dag_downloads_the_archive_before_prepare(tmp_path):
     shutil.copy(REPO / "Snakefile", work / "Snakefile")
     shutil.copytree(REPO / "workflow", work / "workflow", ignore=shutil.ignore_patterns("__pycache__"))
     params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["datasets"]["cub_fake"] = {"kind": "cub200", "label": "fake CUB", "recall_ks": [1, 2],
-                                      "root": None, "download": True}
+    params["datasets"]["cub_fake"] = {
+        "kind": "cub200",
+        "label": "fake CUB",
+        "recall_ks": [1, 2],
+        "root": None,
+        "download": True,
+    }
     params["tables"]["table1"]["datasets"] = ["cub_fake"]
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if k != "DMLBENCH_CUB200_ROOT"}
     snakemake = Path(sys.executable).parent / "snakemake"
-    result = subprocess.run([str(snakemake), "-n", "--cores", "1", "data/prepared/cub_fake"], cwd=work, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(snakemake), "-n", "--cores", "1", "data/prepared/cub_fake"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     text = result.stdout + result.stderr
     jobs = {}
@@ -229,7 +240,13 @@ def test_snakemake_dag_downloads_the_archive_before_prepare(tmp_path):
 
     params["datasets"]["cub_fake"]["root"] = str(tmp_path)  # both sources: refused before any download
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    result = subprocess.run([str(snakemake), "-n", "--cores", "1", "data/prepared/cub_fake"], cwd=work, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(snakemake), "-n", "--cores", "1", "data/prepared/cub_fake"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0
     assert "`download: true` and `root` are both set" in result.stdout + result.stderr

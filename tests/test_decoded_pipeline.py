@@ -78,8 +78,9 @@ def test_the_store_is_built_once_and_a_changed_file_makes_a_new_one(images, tmp_
     Image.fromarray(smooth_image(50, 50, seed=9)).save(images[0])
     changed = open_store(images, 32, root=root)
     assert changed.folder != first.folder
-    assert np.array_equal(changed.image(0), np.asarray(Image.open(images[0]).convert("RGB").resize((32, 32),
-                                                                                                   Image.BILINEAR)))
+    assert np.array_equal(
+        changed.image(0), np.asarray(Image.open(images[0]).convert("RGB").resize((32, 32), Image.BILINEAR))
+    )
 
 
 def _open_in_process(args: tuple[list[str], str]) -> str:
@@ -133,8 +134,12 @@ def test_a_store_that_does_not_fit_on_the_disk_is_refused_with_the_space_it_need
     import subprocess
 
     root = tmp_path / "stores"
-    done = subprocess.run([sys.executable, "-c", FULL_DISK_BUILD, str(limit), str(root), *images],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_BUILD, str(limit), str(root), *images],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3, done.stderr
     assert "no space left for the decoded-image store in" in done.stdout
     assert "GB are free" in done.stdout and "DMLBENCH_IMAGE_STORE" in done.stdout
@@ -175,8 +180,10 @@ def test_random_boxes_follow_torchvisions_random_resized_crop_distribution():
     ours_area = (height * width / (90 * 120)).numpy()
     ours_aspect = (width / height).numpy()
     torch.manual_seed(0)
-    theirs = np.array([T.RandomResizedCrop.get_params(Image.new("RGB", (120, 90)), [0.08, 1.0], [3 / 4, 4 / 3])
-                       for _ in range(4000)], dtype=np.float64)
+    theirs = np.array(
+        [T.RandomResizedCrop.get_params(Image.new("RGB", (120, 90)), [0.08, 1.0], [3 / 4, 4 / 3]) for _ in range(4000)],
+        dtype=np.float64,
+    )
     theirs_area, theirs_aspect = theirs[:, 2] * theirs[:, 3] / (90 * 120), theirs[:, 3] / theirs[:, 2]
     for ours, theirs_values in ((ours_area, theirs_area), (ours_aspect, theirs_aspect)):
         assert abs(ours.mean() - theirs_values.mean()) < 0.02
@@ -191,8 +198,9 @@ def test_an_impossible_crop_falls_back_to_torchvisions_centre_crop():
     cut to aspect 4/3 and centred, as torchvision does."""
     box = random_resized_boxes(torch.tensor([[5, 300]]), (0.9, 1.0), torch.Generator().manual_seed(0))
     torch.manual_seed(0)
-    assert box[0].tolist() == list(T.RandomResizedCrop.get_params(Image.new("RGB", (300, 5)), [0.9, 1.0],
-                                                                   [3 / 4, 4 / 3]))
+    assert box[0].tolist() == list(
+        T.RandomResizedCrop.get_params(Image.new("RGB", (300, 5)), [0.9, 1.0], [3 / 4, 4 / 3])
+    )
     assert box[0].tolist() == [0, 146, 5, 7]
 
 
@@ -204,8 +212,18 @@ def test_crop_and_resize_is_exact_at_the_same_size_and_close_to_pil_when_resampl
     assert torch.equal(same[0], TF.to_tensor(Image.fromarray(array[:40, :40])))
     for box, size in (([10, 5, 40, 50], 24), ([3, 7, 20, 15], 48), ([0, 0, 60, 80], 60)):
         top, left, height, width = box
-        pil = TF.to_tensor(TF.resized_crop(Image.fromarray(array), top, left, height, width, [size, size],
-                                           interpolation=T.InterpolationMode.BILINEAR, antialias=True))
+        pil = TF.to_tensor(
+            TF.resized_crop(
+                Image.fromarray(array),
+                top,
+                left,
+                height,
+                width,
+                [size, size],
+                interpolation=T.InterpolationMode.BILINEAR,
+                antialias=True,
+            )
+        )
         ours = crop_and_resize(images, torch.tensor([box]), size)[0] if box != [0, 0, 60, 80] else whole[0]
         assert (ours - pil).abs().mean() < 0.015, box
         assert (ours - pil).abs().max() < 0.12, box
@@ -213,8 +231,9 @@ def test_crop_and_resize_is_exact_at_the_same_size_and_close_to_pil_when_resampl
 
 def test_padding_never_reaches_a_crop_at_an_image_border():
     small, large = smooth_image(30, 20, seed=1), smooth_image(50, 70, seed=2)
-    batch, _, _ = pad_collate([(torch.from_numpy(small), torch.tensor(0), 0),
-                               (torch.from_numpy(large), torch.tensor(1), 1)])
+    batch, _, _ = pad_collate(
+        [(torch.from_numpy(small), torch.tensor(0), 0), (torch.from_numpy(large), torch.tensor(1), 1)]
+    )
     corner = torch.tensor([[10, 5, 20, 15], [0, 0, 50, 70]])  # small's crop ends at its last row and column
     padded = crop_and_resize(batch, corner, 16)
     alone = crop_and_resize(torch.from_numpy(small)[None], corner[:1], 16)
@@ -249,8 +268,9 @@ def test_deterministic_mode_on_a_gpu_never_takes_torchvisions_pure_python_roi_al
         gpu_like = images.as_subclass(ClaimsCuda)
         assert gpu_like.is_cuda
         crops = crop_and_resize(gpu_like, boxes, 16)
-        augmented = augment_batch(gpu_like, torch.tensor([[40, 50]] * 3), 16, (0.5, 1.0), True,
-                                  torch.Generator().manual_seed(0))
+        augmented = augment_batch(
+            gpu_like, torch.tensor([[40, 50]] * 3), 16, (0.5, 1.0), True, torch.Generator().manual_seed(0)
+        )
     finally:
         torch.use_deterministic_algorithms(previous)
     assert torch.equal(crops.as_subclass(torch.Tensor), expected)
@@ -279,8 +299,9 @@ def decoded_run(params: dict, workers: int) -> dict:
     return run
 
 
-def test_training_on_the_decoded_pipeline_is_seeded_and_independent_of_the_loader_workers(params, tiny_manifest,
-                                                                                          tmp_path):
+def test_training_on_the_decoded_pipeline_is_seeded_and_independent_of_the_loader_workers(
+    params, tiny_manifest, tmp_path
+):
     """The boxes and flips are drawn in the training process: 0 or 2 loader workers give the same bits."""
     weights, logs = {}, {}
     for workers in (0, 2):
@@ -298,8 +319,12 @@ def test_run_data_of_the_decoded_pipeline_matches_the_pil_pipelines_evaluation_i
     pil_data, stored_data = load_run_data(pil_run, tiny_manifest), load_run_data(decoded, tiny_manifest)
     assert isinstance(stored_data.test, StoredImageDataset) and stored_data.train.train
     rows = list(range(len(pil_data.test)))
-    assert torch.equal(model_inputs(stored_data.test, rows, torch.device("cpu")),
-                       model_inputs(pil_data.test, rows, torch.device("cpu")))
+    assert torch.equal(
+        model_inputs(stored_data.test, rows, torch.device("cpu")),
+        model_inputs(pil_data.test, rows, torch.device("cpu")),
+    )
     train_view = stored_data.train.evaluation_view(stored_data.test)
-    assert torch.equal(model_inputs(train_view, [0, 1], torch.device("cpu")),
-                       model_inputs(pil_data.train.evaluation_view(pil_data.test), [0, 1], torch.device("cpu")))
+    assert torch.equal(
+        model_inputs(train_view, [0, 1], torch.device("cpu")),
+        model_inputs(pil_data.train.evaluation_view(pil_data.test), [0, 1], torch.device("cpu")),
+    )

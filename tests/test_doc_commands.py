@@ -68,6 +68,7 @@ TOOLS = ("snakemake", "dmlbench", "dvc", "python", "pip", "bash", "pytest")
 
 # --- extraction ---------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Block:
     doc: Path
@@ -116,7 +117,7 @@ def blocks(doc: Path) -> tuple[list[Block], list[int]]:
             i += 1
             while i < len(lines) and not lines[i].strip().startswith(marker):
                 text = lines[i]
-                body.append((i + 1, text[len(indent):] if text.startswith(indent) else text.lstrip()))
+                body.append((i + 1, text[len(indent) :] if text.startswith(indent) else text.lstrip()))
                 i += 1
             found.append(Block(doc, lang.lower(), tuple(body)))
             i, after_blank = i + 1, False
@@ -223,9 +224,11 @@ def test_the_docs_give_commands_of_every_kind():
 
 def test_extraction_joins_continuations_splits_chains_and_strips_the_environment(tmp_path: Path):
     doc = tmp_path / "doc.md"
-    doc.write_text("Text\n\n    $ A=1 B=x \\\n      snakemake --cores 2 t  # comment\n    output line\n\n"
-                   "```sh\npip install -e '.[test]' && bash .ci/run; pytest -m \"not slow\"\n```\n"
-                   "- item\n\n    continued prose of the item\n")
+    doc.write_text(
+        "Text\n\n    $ A=1 B=x \\\n      snakemake --cores 2 t  # comment\n    output line\n\n"
+        "```sh\npip install -e '.[test]' && bash .ci/run; pytest -m \"not slow\"\n```\n"
+        "- item\n\n    continued prose of the item\n"
+    )
     found = [(c.line, c.argv, c.env) for c in doc_commands(doc, "doc.md")]
     assert found == [
         (3, ("snakemake", "--cores", "2", "t"), (("A", "1"), ("B", "x"))),
@@ -236,6 +239,7 @@ def test_extraction_joins_continuations_splits_chains_and_strips_the_environment
 
 
 # --- the parameter files a command names, and the project copies ---------------------------------------------
+
 
 def substitute(argv: tuple[str, ...]) -> list[str]:
     """``argv`` with the docs' placeholders replaced (an unknown ``<...>`` stays, and fails its check)."""
@@ -341,9 +345,14 @@ def static_snakemake_problem(argv: list[str], cwd: Path) -> str | None:
         return f"Snakemake cannot parse it: {err}"
     for path in args.configfile or []:
         if not (cwd / path).is_file():
-            what = ("a target read as a config file (--configfile takes several files: end them with `--`, "
-                    "or put the targets first)") if not str(path).endswith((".yaml", ".yml", ".json")) else \
-                "a config file that does not exist"
+            what = (
+                (
+                    "a target read as a config file (--configfile takes several files: end them with `--`, "
+                    "or put the targets first)"
+                )
+                if not str(path).endswith((".yaml", ".yml", ".json"))
+                else "a config file that does not exist"
+            )
             return f"{path}: {what}"
     unknown = [word for word in argv if re.search(r"<[^>]*>", word)]
     if unknown:
@@ -402,12 +411,26 @@ print(json.dumps(status))
 def dry_runs_of(groups: list[Group], folder: Path) -> list[tuple[int, str]]:
     """(exit status, output tail) of ``snakemake -n --nolock ARGS`` for each group, as many at once as there are
     CPU cores."""
-    jobs = [{"argv": ["-n", "--nolock", *group.argv[1:]], "cwd": str(group.cwd), "env": group.env,
-             "out": str(folder / f"dry_run{id(group)}_{i}.log")} for i, group in enumerate(groups)]
+    jobs = [
+        {
+            "argv": ["-n", "--nolock", *group.argv[1:]],
+            "cwd": str(group.cwd),
+            "env": group.env,
+            "out": str(folder / f"dry_run{id(group)}_{i}.log"),
+        }
+        for i, group in enumerate(groups)
+    ]
     if not jobs:
         return []
-    result = subprocess.run([sys.executable, "-c", FORK_SERVER, str(os.cpu_count() or 1)], input=json.dumps(jobs),
-                            capture_output=True, text=True, timeout=1800, check=False, env=groups[0].env)
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER, str(os.cpu_count() or 1)],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+        env=groups[0].env,
+    )
     assert result.returncode == 0, f"the dry-run process failed:\n{result.stderr[-4000:]}"
     codes = json.loads(result.stdout.strip().splitlines()[-1])
     return [(code, Path(job["out"]).read_text()[-5000:].strip()) for code, job in zip(codes, jobs, strict=True)]
@@ -416,13 +439,17 @@ def dry_runs_of(groups: list[Group], folder: Path) -> list[tuple[int, str]]:
 def comparable(args: Any) -> dict[str, Any]:
     """Snakemake's parsed options without the targets, as values that compare by content (some settings
     objects compare by identity)."""
-    return {key: (type(value), vars(value)) if type(value).__eq__ is object.__eq__ and hasattr(value, "__dict__")
-            else value for key, value in vars(args).items() if key != "targets"}
+    return {
+        key: (type(value), vars(value)) if type(value).__eq__ is object.__eq__ and hasattr(value, "__dict__") else value
+        for key, value in vars(args).items()
+        if key != "targets"
+    }
 
 
 @dataclass
 class Group:
     """Commands planned by one dry run: same copy, environment and options; ``argv`` holds every target."""
+
     cwd: Path
     env: dict[str, str]
     options: dict[str, Any] | None  # None: never merged (no targets, or Snakemake cannot parse it)
@@ -475,8 +502,10 @@ def dry_runs(projects: Projects) -> dict[Command, tuple[int, str]]:
             if result[0] == 0 or len(members) == 1:
                 results.update(dict.fromkeys(members, result))
             else:
-                again += [*grouped(members[: len(members) // 2], projects),
-                          *grouped(members[len(members) // 2:], projects)]
+                again += [
+                    *grouped(members[: len(members) // 2], projects),
+                    *grouped(members[len(members) // 2 :], projects),
+                ]
         groups = again
     return results
 
@@ -594,11 +623,11 @@ def test_dvc_command_parses_and_names_what_exists(command: Command, caplog: pyte
     module = args.func.__module__ if hasattr(args, "func") else ""
     if module in ("dvc.commands.metrics", "dvc.commands.plots"):  # targets are files: a declared metric or plot
         kind = module.rsplit(".", 1)[1]
-        declared = [declared_path(entry) for stage in stages.values()
-                    for entry in stage.get("do", stage).get(kind, [])]
+        declared = [declared_path(entry) for stage in stages.values() for entry in stage.get("do", stage).get(kind, [])]
         for target in getattr(args, "targets", None) or []:
-            assert any(re.fullmatch(pattern, target) for pattern in declared), \
+            assert any(re.fullmatch(pattern, target) for pattern in declared), (
                 f"{command.id}: {target!r} is no {kind} file of dvc.yaml"
+            )
     elif not getattr(args, "glob", False):
         single = getattr(args, "target", None)  # dvc dag takes one
         for target in [*(getattr(args, "targets", None) or []), *([single] if isinstance(single, str) else [])]:
@@ -619,8 +648,9 @@ OTHER_COMMANDS = [command for command in COMMANDS if command.tool not in ("snake
 @cache
 def script_help(script: str) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, script, "--help"], cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=600, check=False)
+    result = subprocess.run(
+        [sys.executable, script, "--help"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
     assert result.returncode == 0, f"{script} --help: exit {result.returncode}\n{result.stderr[-2000:]}"
     return result.stdout
 

@@ -293,8 +293,10 @@ def test_evaluate_file_round_trip(tmp_path) -> None:
     out = tmp_path / "metrics" / "test.json"
     returned = evaluate_file(npz, out, [1, 2], kmeans=FAST_KMEANS)
     text = out.read_text()
-    assert json.loads(text) == returned == evaluate_embeddings(
-        QG_POINTS, QG_LABELS, [1, 2], split=QG_SPLIT, kmeans=FAST_KMEANS
+    assert (
+        json.loads(text)
+        == returned
+        == evaluate_embeddings(QG_POINTS, QG_LABELS, [1, 2], split=QG_SPLIT, kmeans=FAST_KMEANS)
     )
     assert list(json.loads(text)) == sorted(returned)
     assert text == json.dumps(returned, sort_keys=True, indent=2) + "\n"

@@ -65,8 +65,9 @@ def test_applies_only_above_the_threshold(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.mark.parametrize("ks", [[1, 2, 8, 30], [1], [3, 120]])
-def test_same_results_as_the_faiss_path(all_pairs_everywhere: None, monkeypatch: pytest.MonkeyPatch,
-                                        ks: list[int]) -> None:
+def test_same_results_as_the_faiss_path(
+    all_pairs_everywhere: None, monkeypatch: pytest.MonkeyPatch, ks: list[int]
+) -> None:
     """Exact (integer) distances: the ranks (exact at any depth, or capped at depth + 1), AP@R and RP of
     the all-pairs path equal the faiss path's, so do the neighbour lists kept for K-means."""
     rng = np.random.default_rng(3)
@@ -85,12 +86,14 @@ def test_same_results_as_the_faiss_path(all_pairs_everywhere: None, monkeypatch:
         listed = fast.neighbours.ids[task.query_rows]
         assert np.array_equal(listed, reference.neighbours.ids)
     without_map = query_results(x, task, ks, 64, with_map_at_r=False)
-    assert without_map.ap_at_r is None and np.array_equal(np.minimum(without_map.first_hit_rank, max(ks) + 1),
-                                                          np.minimum(fast.first_hit_rank, max(ks) + 1))
+    assert without_map.ap_at_r is None and np.array_equal(
+        np.minimum(without_map.first_hit_rank, max(ks) + 1), np.minimum(fast.first_hit_rank, max(ks) + 1)
+    )
 
 
-def test_evaluation_unchanged_by_the_all_pairs_path(all_pairs_everywhere: None,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluation_unchanged_by_the_all_pairs_path(
+    all_pairs_everywhere: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Integer rows (exact distances, many ties): metrics and per-query arrays identical. Continuous rows
     with learner slices (L2-normalised, so rounded): the same metrics too."""
     rng = np.random.default_rng(4)
@@ -98,9 +101,12 @@ def test_evaluation_unchanged_by_the_all_pairs_path(all_pairs_everywhere: None,
     labels = rng.integers(0, 40, size=300)
     continuous = rng.normal(size=(300, 8)).astype(np.float32) + rng.normal(size=(40, 8)).astype(np.float32)[labels]
     slices = np.array([[0, 4], [4, 8]])
+
     def both() -> list:
-        return [evaluate_views(exact, labels, [1, 4, 100]),
-                evaluate_views(continuous, labels, [1, 4], learner_slices=slices)]
+        return [
+            evaluate_views(exact, labels, [1, 4, 100]),
+            evaluate_views(continuous, labels, [1, 4], learner_slices=slices),
+        ]
 
     fast = both()
     fast_recall = recall_at_k(exact, labels, [1, 4])

@@ -48,8 +48,16 @@ def blobs(num_points: int, num_classes: int, dim: int, seed: int, spread: float 
 
 def faiss_kmeans(x: np.ndarray, k: int, niter: int, nredo: int, seed: int) -> tuple[np.ndarray, faiss.Kmeans]:
     """faiss's K-means with the project's settings and its final assignment (``index.search(x, 1)``)."""
-    kmeans = faiss.Kmeans(x.shape[1], k, niter=niter, nredo=nredo, seed=seed, verbose=False,
-                          max_points_per_centroid=math.ceil(len(x) / k) + 1, min_points_per_centroid=1)
+    kmeans = faiss.Kmeans(
+        x.shape[1],
+        k,
+        niter=niter,
+        nredo=nredo,
+        seed=seed,
+        verbose=False,
+        max_points_per_centroid=math.ceil(len(x) / k) + 1,
+        min_points_per_centroid=1,
+    )
     kmeans.train(x)
     return kmeans.index.search(x, 1)[1][:, 0], kmeans
 
@@ -174,13 +182,16 @@ def test_first_assignment_from_neighbour_lists() -> None:
 # ------------------------------------------------------------------ whole runs against faiss
 
 
-@pytest.mark.parametrize(("num_points", "num_clusters", "dim", "niter", "nredo", "seed"), [
-    (2000, 300, 32, 100, 1, 0),   # to its fixed point
-    (2000, 300, 32, 3, 1, 5),     # stopped by the ceiling
-    (1500, 100, 8, 25, 3, 9),     # three runs, the best kept
-    (3000, 600, 64, 100, 1, 2),   # about five points a cluster, as in retrieval data
-    (800, 1, 4, 10, 1, 0),        # one cluster
-])
+@pytest.mark.parametrize(
+    ("num_points", "num_clusters", "dim", "niter", "nredo", "seed"),
+    [
+        (2000, 300, 32, 100, 1, 0),  # to its fixed point
+        (2000, 300, 32, 3, 1, 5),  # stopped by the ceiling
+        (1500, 100, 8, 25, 3, 9),  # three runs, the best kept
+        (3000, 600, 64, 100, 1, 2),  # about five points a cluster, as in retrieval data
+        (800, 1, 4, 10, 1, 0),  # one cluster
+    ],
+)
 def test_lloyd_is_faiss_kmeans(num_points: int, num_clusters: int, dim: int, niter: int, nredo: int, seed: int) -> None:
     x, _ = blobs(num_points, max(num_clusters, 2), dim, seed=seed, spread=1.2)
     expected, kmeans = faiss_kmeans(x, num_clusters, niter, nredo, seed)
@@ -198,8 +209,9 @@ def test_lloyd_with_neighbour_lists_is_the_same_run() -> None:
     plain = lloyd(x, 500, 100, 2, 3)
     listed = lloyd(x, 500, 100, 2, 3, neighbours)
     assert listed.iterations == plain.iterations and np.array_equal(listed.assignment, plain.assignment)
-    assert query_results(x, build_task(labels, np.arange(3000) % 2 == 1), [1], 64,
-                         keep_neighbours=True).neighbours is None  # only all-vs-all lists serve K-means
+    assert (
+        query_results(x, build_task(labels, np.arange(3000) % 2 == 1), [1], 64, keep_neighbours=True).neighbours is None
+    )  # only all-vs-all lists serve K-means
 
 
 # ------------------------------------------------------------------ which K-means the NMI runs
@@ -245,8 +257,16 @@ def test_phase_times_are_recorded_without_changing_results(tmp_path) -> None:
         with phase("outside"):
             pass
     assert timed == plain and (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
-    assert {"read embeddings", "checks", "kNN search", "K-means", "NMI score", "per-query file",
-            "metrics file", "outside"} <= set(times)
+    assert {
+        "read embeddings",
+        "checks",
+        "kNN search",
+        "K-means",
+        "NMI score",
+        "per-query file",
+        "metrics file",
+        "outside",
+    } <= set(times)
     assert all(entry["wall"] >= 0 and entry["cpu"] >= 0 for entry in times.values())
     with phase("unrecorded"):  # no recorder: nothing kept
         pass
@@ -259,8 +279,13 @@ def test_nmi_is_scikit_learns_to_the_last_bit() -> None:
     from dmlbench.evaluation.clustering import normalized_mutual_info
 
     rng = np.random.default_rng(0)
-    cases = [(np.zeros(5, int), np.zeros(5, int)), (np.zeros(5, int), np.arange(5)), (np.arange(6), np.arange(6)[::-1]),
-             (np.array([0, 0, 1, 1]), np.array([7, 7, 7, 7])), (np.array([3, 3, 9, 9, 9]), np.array([1, 2, 1, 2, 1]))]
+    cases = [
+        (np.zeros(5, int), np.zeros(5, int)),
+        (np.zeros(5, int), np.arange(5)),
+        (np.arange(6), np.arange(6)[::-1]),
+        (np.array([0, 0, 1, 1]), np.array([7, 7, 7, 7])),
+        (np.array([3, 3, 9, 9, 9]), np.array([1, 2, 1, 2, 1])),
+    ]
     for size, classes, clusters in [(50, 5, 7), (500, 100, 100), (3000, 600, 580), (20000, 3000, 3000), (40, 40, 2)]:
         labels = rng.integers(0, classes, size) * 3 - 7  # any integers, not 0..C-1
         cases.append((labels, rng.integers(0, clusters, size)))

@@ -11,8 +11,13 @@ from dmlbench.evaluation.evaluate import self_pair_similarity
 
 def brute_force_self_similarity(x: np.ndarray, slices: list[tuple[int, int]]) -> float:
     parts = [x[:, a:b] / np.linalg.norm(x[:, a:b], axis=1, keepdims=True) for a, b in slices]
-    values = [float(np.sum(parts[m][i] * parts[n][i]))
-              for i in range(len(x)) for m in range(len(parts)) for n in range(len(parts)) if m != n]
+    values = [
+        float(np.sum(parts[m][i] * parts[n][i]))
+        for i in range(len(x))
+        for m in range(len(parts))
+        for n in range(len(parts))
+        if m != n
+    ]
     return float(np.mean(values))
 
 
@@ -54,23 +59,32 @@ def test_learner_metrics_and_their_mean(two_learners):
 
 def test_named_views_and_stats(two_learners):
     x, labels = two_learners
-    metrics = evaluate_embeddings(x, labels, [1], view_names=np.array(["good"]), view_slices=np.array([[0, 4]]),
-                                  stat_names=np.array(["num_parameters", "gflops", "health/mask_std"]),
-                                  stat_values=np.array([1234.0, 0.5, 0.2]))
+    metrics = evaluate_embeddings(
+        x,
+        labels,
+        [1],
+        view_names=np.array(["good"]),
+        view_slices=np.array([[0, 4]]),
+        stat_names=np.array(["num_parameters", "gflops", "health/mask_std"]),
+        stat_values=np.array([1234.0, 0.5, 0.2]),
+    )
     assert metrics["good/R@1"] == 1.0
     assert metrics["num_parameters"] == 1234.0 and metrics["gflops"] == 0.5 and metrics["health/mask_std"] == 0.2
     assert "self_similarity" not in metrics and "learners_mean/R@1" not in metrics
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"view_names": np.array(["a"])}, "given together"),
-    ({"view_names": np.array(["a", "a"]), "view_slices": np.array([[0, 2], [2, 4]])}, "repeat"),
-    ({"view_names": np.array(["learner9"]), "view_slices": np.array([[0, 2]])}, "not start with 'learner'"),
-    ({"view_names": np.array(["a"]), "view_slices": np.array([[0, 9]])}, "outside the 8"),
-    ({"stat_names": np.array(["x"]), "stat_values": np.array([np.nan])}, "finite"),
-    ({"stat_names": np.array(["x", "y"]), "stat_values": np.array([1.0])}, "one to one"),
-    ({"stat_names": np.array(["health/a/b"]), "stat_values": np.array([1.0])}, "names matching"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"view_names": np.array(["a"])}, "given together"),
+        ({"view_names": np.array(["a", "a"]), "view_slices": np.array([[0, 2], [2, 4]])}, "repeat"),
+        ({"view_names": np.array(["learner9"]), "view_slices": np.array([[0, 2]])}, "not start with 'learner'"),
+        ({"view_names": np.array(["a"]), "view_slices": np.array([[0, 9]])}, "outside the 8"),
+        ({"stat_names": np.array(["x"]), "stat_values": np.array([np.nan])}, "finite"),
+        ({"stat_names": np.array(["x", "y"]), "stat_values": np.array([1.0])}, "one to one"),
+        ({"stat_names": np.array(["health/a/b"]), "stat_values": np.array([1.0])}, "names matching"),
+    ],
+)
 def test_bad_views_and_stats_are_clear_errors(two_learners, kwargs, message):
     x, labels = two_learners
     with pytest.raises(ValueError, match=message):

@@ -63,7 +63,9 @@ def test_the_split_merges_to_the_single_params_yaml_it_replaced(tmp_path):
 def test_params_yaml_then_its_experiments_files_each_entry_from_one_file():
     sources = params_sources(PARAMS)
     assert [str(path.relative_to(REPO)) for path, _ in sources] == [
-        "params.yaml", *(f"workflow/experiments/{paper}.yaml" for paper in ("abe", "deml", "diablo", "dnc", "mpn"))]
+        "params.yaml",
+        *(f"workflow/experiments/{paper}.yaml" for paper in ("abe", "deml", "diablo", "dnc", "mpn")),
+    ]
     assert "experiments" not in sources[0][1]
     merged = merge_params([PARAMS])
     assert "experiments" not in merged
@@ -73,21 +75,36 @@ def test_params_yaml_then_its_experiments_files_each_entry_from_one_file():
         # the rest are generated (sweeps' points, tuned twins): tracked by the keys that generate them
         generated = set(merged[name]) - dict(owned).keys()
         assert all(not origin_keys(merged, name, entry)[0].startswith(f"{name}.{entry}.") for entry in generated)
-    assert {"mpn", "mpn_table3", "mpn_fig5_dim_recall"} <= {*sources[-1][1]["methods"], *sources[-1][1]["tables"],
-                                                           *sources[-1][1]["figures"]}
+    assert {"mpn", "mpn_table3", "mpn_fig5_dim_recall"} <= {
+        *sources[-1][1]["methods"],
+        *sources[-1][1]["tables"],
+        *sources[-1][1]["figures"],
+    }
 
 
-@pytest.mark.parametrize(("files", "message"), [
-    ({"params.yaml": {"experiments": ["a.yaml", "b.yaml"], "methods": {}},
-      "a.yaml": {"methods": {"x": {"recipe": "baseline"}}}, "b.yaml": {"methods": {"x": {"recipe": "abe"}}}},
-     r"b\.yaml: methods\.x is already defined in .*a\.yaml"),
-    ({"params.yaml": {"experiments": ["a.yaml"], "tables": {"t": {}}}, "a.yaml": {"tables": {"t": {}}}},
-     r"a\.yaml: tables\.t is already defined in .*params\.yaml"),
-    ({"params.yaml": {"experiments": ["a.yaml"]}, "a.yaml": {"datasets": {"d": {}}}},
-     r"a\.yaml: an experiments file defines only \['methods', 'tables', 'figures', 'sweeps'\]; it sets \['datasets'\]"),
-    ({"params.yaml": {"experiments": "a.yaml"}}, r"params\.yaml: experiments: 'a.yaml' is not of type 'array'"),
-    ({"params.yaml": {"experiments": ["missing.yaml"]}}, r"missing\.yaml: parameter file not found"),
-])
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        (
+            {
+                "params.yaml": {"experiments": ["a.yaml", "b.yaml"], "methods": {}},
+                "a.yaml": {"methods": {"x": {"recipe": "baseline"}}},
+                "b.yaml": {"methods": {"x": {"recipe": "abe"}}},
+            },
+            r"b\.yaml: methods\.x is already defined in .*a\.yaml",
+        ),
+        (
+            {"params.yaml": {"experiments": ["a.yaml"], "tables": {"t": {}}}, "a.yaml": {"tables": {"t": {}}}},
+            r"a\.yaml: tables\.t is already defined in .*params\.yaml",
+        ),
+        (
+            {"params.yaml": {"experiments": ["a.yaml"]}, "a.yaml": {"datasets": {"d": {}}}},
+            r"a\.yaml: an experiments file defines only \['methods', 'tables', 'figures', 'sweeps'\]; it sets \['datasets'\]",
+        ),
+        ({"params.yaml": {"experiments": "a.yaml"}}, r"params\.yaml: experiments: 'a.yaml' is not of type 'array'"),
+        ({"params.yaml": {"experiments": ["missing.yaml"]}}, r"missing\.yaml: parameter file not found"),
+    ],
+)
 def test_an_experiments_file_adds_entries_and_redefines_none(tmp_path, files, message):
     with pytest.raises(ConfigError, match=message):
         merge_params([write_project(tmp_path, files)])
@@ -109,6 +126,7 @@ def test_overlays_still_win_over_experiments_files(tmp_path):
 
 def tracked_values(config: dict, keys: list[str]) -> dict:
     """What a job's Snakemake params hold (workflow/rules/common.smk, tracked_params): the value of each key."""
+
     def value(key: str):
         node = config
         for part in key.split("."):
@@ -135,10 +153,12 @@ def downstream(jobs: list[dict], start: list[dict]) -> list[dict]:
 @pytest.fixture(scope="module")
 def snakemake_jobs() -> list[dict]:
     """Every job of the default targets: rule, wildcards, inputs, outputs and tracked params keys."""
-    dump = (f"import json, sys; sys.path.insert(0, {str(REPO / 'workflow' / 'scripts')!r}); import make_dvc_yaml as m; "
-            "print(json.dumps([dict(rule=j.rule, wildcards=dict(j.wildcards), inputs=j.spec.inputs, "
-            "outputs=j.spec.outputs, params=[k for _, k in j.spec.params]) "
-            "for j in m.snakemake_jobs(m.default_targets())]))")
+    dump = (
+        f"import json, sys; sys.path.insert(0, {str(REPO / 'workflow' / 'scripts')!r}); import make_dvc_yaml as m; "
+        "print(json.dumps([dict(rule=j.rule, wildcards=dict(j.wildcards), inputs=j.spec.inputs, "
+        "outputs=j.spec.outputs, params=[k for _, k in j.spec.params]) "
+        "for j in m.snakemake_jobs(m.default_targets())]))"
+    )
     out = subprocess.run([sys.executable, "-c", dump], cwd=REPO, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -161,8 +181,9 @@ def edited_jobs(tmp_path: Path, jobs: list[dict], paper: str, old: str, new: str
 def test_editing_an_experiments_file_reruns_only_that_methods_jobs(tmp_path, snakemake_jobs):
     """Snakemake reruns a job whose params changed and the jobs downstream of it: editing mpn_ce_only in mpn.yaml
     replans mpn_ce_only's runs, the table and the claims that show them, nothing else."""
-    changed, planned = edited_jobs(tmp_path, snakemake_jobs, "mpn", "    loss: {mpn_weight: 0.0}\n",
-                                   "    loss: {mpn_weight: 0.5}\n")
+    changed, planned = edited_jobs(
+        tmp_path, snakemake_jobs, "mpn", "    loss: {mpn_weight: 0.0}\n", "    loss: {mpn_weight: 0.5}\n"
+    )
     assert {(job["rule"], job["wildcards"]["method"]) for job in changed} == {("train", "mpn_ce_only")}
     runs = {(job["rule"], job["wildcards"]["method"]) for job in planned if "method" in job["wildcards"]}
     assert runs == {("train", "mpn_ce_only"), ("embed", "mpn_ce_only"), ("evaluate", "mpn_ce_only")}
@@ -174,8 +195,9 @@ def test_editing_a_sweep_reruns_its_points_and_nothing_else(tmp_path, snakemake_
     """A sweep's points are tracked by its keys: turning on the training-recall log of the U<d> sweep replans
     deml_u384, deml_u192 and deml_u64 and the table that shows them."""
     old = '    label: "U{d}"\n    set: {training: {log_train_recall: false, log_test_recall: false}}\n'
-    changed, planned = edited_jobs(tmp_path, snakemake_jobs, "deml", old,
-                                   old.replace("log_train_recall: false", "log_train_recall: true"))
+    changed, planned = edited_jobs(
+        tmp_path, snakemake_jobs, "deml", old, old.replace("log_train_recall: false", "log_train_recall: true")
+    )
     points = {"deml_u384", "deml_u192", "deml_u64"}
     assert {(job["rule"], job["wildcards"]["method"]) for job in changed} == {("train", m) for m in points}
     runs = {(job["rule"], job["wildcards"]["method"]) for job in planned if "method" in job["wildcards"]}

@@ -30,8 +30,13 @@ def with_figures(params: dict, **figures: dict) -> dict:
     return config
 
 
-LINE = {"kind": "metric_vs_param", "dataset": "synthetic", "metric": "R@1", "x_label": "margin",
-        "series": {"Margin": {"margin": 0.2, "contrastive": 1.0}}}
+LINE = {
+    "kind": "metric_vs_param",
+    "dataset": "synthetic",
+    "metric": "R@1",
+    "x_label": "margin",
+    "series": {"Margin": {"margin": 0.2, "contrastive": 1.0}},
+}
 
 
 def write_run(root, method: str, seed: int, r1: float, epochs: int = 3, queries: int = 10) -> None:
@@ -42,34 +47,57 @@ def write_run(root, method: str, seed: int, r1: float, epochs: int = 3, queries:
     hits = round(r1 * queries)
     ranks = np.where(np.arange(queries) < hits, 1, 2)
     np.savez(run / "per_query.npz", row=np.arange(queries), first_hit_rank=ranks)
-    pd.DataFrame({"epoch": range(1, epochs + 1), "loss": [1.0] * epochs, "val_R@1": [r1] * epochs,
-                  "lr": [0.1] * epochs, "seconds": [1.0] * epochs, "images_per_s": [10.0] * epochs,
-                  }).to_csv(run / "log.csv", index=False)
+    pd.DataFrame(
+        {
+            "epoch": range(1, epochs + 1),
+            "loss": [1.0] * epochs,
+            "val_R@1": [r1] * epochs,
+            "lr": [0.1] * epochs,
+            "seconds": [1.0] * epochs,
+            "images_per_s": [10.0] * epochs,
+        }
+    ).to_csv(run / "log.csv", index=False)
 
 
 def test_inputs_are_the_runs_of_every_seed(params):
     config = with_figures(params, line=LINE)
     assert figure_inputs(config, "line") == [  # R@1 resamples the test queries: their per-query results too
-        f"results/runs/synthetic/{m}/seed{s}/{name}" for m in ("margin", "contrastive") for s in (0, 1)
-        for name in ("metrics.json", "per_query.npz")]
+        f"results/runs/synthetic/{m}/seed{s}/{name}"
+        for m in ("margin", "contrastive")
+        for s in (0, 1)
+        for name in ("metrics.json", "per_query.npz")
+    ]
     nmi = with_figures(params, line={**LINE, "metric": "NMI"})  # a per-run number: metrics.json alone
     assert figure_inputs(nmi, "line") == [
-        f"results/runs/synthetic/{m}/seed{s}/metrics.json" for m in ("margin", "contrastive") for s in (0, 1)]
+        f"results/runs/synthetic/{m}/seed{s}/metrics.json" for m in ("margin", "contrastive") for s in (0, 1)
+    ]
 
 
-@pytest.mark.parametrize(("figure", "message"), [
-    ({**LINE, "kind": "pie"}, "kind = 'pie' is unknown"),
-    ({**LINE, "dataset": "mnist"}, "dataset = 'mnist' is not defined"),
-    ({**LINE, "series": {"A": {"nope": 1}}}, r"methods \['nope'\] are not defined"),
-    ({**LINE, "series": {"A": {"margin": "x"}}}, "x values must be numbers"),
-    ({k: v for k, v in LINE.items() if k != "x_label"}, r"missing key\(s\) \['x_label'\]"),
-    ({"kind": "attention_maps", "dataset": "synthetic", "method": "margin", "images": 0}, "images must be"),
-    ({"kind": "training_curves", "dataset": "synthetic", "methods": [], "columns": ["val_R@1"]}, "names no method"),
-    ({"kind": "training_curves", "dataset": "synthetic", "methods": ["margin", "mpn_test_rknn"], "columns": ["loss"]},
-     r"methods \['mpn_test_rknn'\] are not trained themselves .* no log.csv"),
-    ({"kind": "attention_maps", "dataset": "synthetic", "method": "mpn_ens2", "images": 2},
-     r"methods \['mpn_ens2'\] are not trained themselves .* no checkpoint.pt"),
-])
+@pytest.mark.parametrize(
+    ("figure", "message"),
+    [
+        ({**LINE, "kind": "pie"}, "kind = 'pie' is unknown"),
+        ({**LINE, "dataset": "mnist"}, "dataset = 'mnist' is not defined"),
+        ({**LINE, "series": {"A": {"nope": 1}}}, r"methods \['nope'\] are not defined"),
+        ({**LINE, "series": {"A": {"margin": "x"}}}, "x values must be numbers"),
+        ({k: v for k, v in LINE.items() if k != "x_label"}, r"missing key\(s\) \['x_label'\]"),
+        ({"kind": "attention_maps", "dataset": "synthetic", "method": "margin", "images": 0}, "images must be"),
+        ({"kind": "training_curves", "dataset": "synthetic", "methods": [], "columns": ["val_R@1"]}, "names no method"),
+        (
+            {
+                "kind": "training_curves",
+                "dataset": "synthetic",
+                "methods": ["margin", "mpn_test_rknn"],
+                "columns": ["loss"],
+            },
+            r"methods \['mpn_test_rknn'\] are not trained themselves .* no log.csv",
+        ),
+        (
+            {"kind": "attention_maps", "dataset": "synthetic", "method": "mpn_ens2", "images": 2},
+            r"methods \['mpn_ens2'\] are not trained themselves .* no checkpoint.pt",
+        ),
+    ],
+)
 def test_bad_figure_specs_name_the_key(params, figure, message):
     with pytest.raises(ConfigError, match=message):
         validate_config(with_figures(params, bad=figure))
@@ -80,14 +108,21 @@ def test_metric_vs_param_and_training_curves_render(params, tmp_path, monkeypatc
     for seed, (a, b) in enumerate([(0.2, 0.4), (0.3, 0.5)]):
         write_run(tmp_path, "margin", seed, a)
         write_run(tmp_path, "contrastive", seed, b)
-    curves = {"kind": "training_curves", "dataset": "synthetic", "methods": ["margin", "contrastive"],
-              "columns": ["val_R@1", "loss"]}
+    curves = {
+        "kind": "training_curves",
+        "dataset": "synthetic",
+        "methods": ["margin", "contrastive"],
+        "columns": ["val_R@1", "loss"],
+    }
     config = with_figures(params, line=LINE, curves=curves, missing={**curves, "columns": ["train_R@1"]})
     for name in ("line", "curves"):
         out = render_figure(config, name, tmp_path / f"{name}.png")
         assert Image.open(out).size[0] > 300
-    with pytest.raises(ConfigError, match=r"columns names 'train_R@1', but \['margin', 'contrastive'\] do not log "
-                                          r"it.*log_train_recall: true"):
+    with pytest.raises(
+        ConfigError,
+        match=r"columns names 'train_R@1', but \['margin', 'contrastive'\] do not log "
+        r"it.*log_train_recall: true",
+    ):
         render_figure(config, "missing", tmp_path / "missing.png")
     config["training"]["log_train_recall"] = True  # asked for now, but the runs on disk were trained without it
     with pytest.raises(ValueError, match=r"no run logged \['train_R@1'\].*log_train_recall"):
@@ -111,19 +146,25 @@ def test_sample_pairs_are_positive_or_negative_as_asked():
 def test_pair_similarities_of_a_two_learner_model():
     labels = np.array([0, 0, 1, 1])
     learner = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=np.float32)  # classes orthogonal
-    arrays = {"embeddings": np.hstack([learner, -learner]), "labels": labels,
-              "learner_slices": np.array([[0, 2], [2, 4]])}
+    arrays = {
+        "embeddings": np.hstack([learner, -learner]),
+        "labels": labels,
+        "learner_slices": np.array([[0, 2], [2, 4]]),
+    }
     similarity = pair_similarities(arrays, np.random.default_rng(0))
     assert np.allclose(similarity["positive"], 1.0) and np.allclose(similarity["negative"], 0.0)
     assert np.allclose(similarity["self"], -1.0) and len(similarity["self"]) == 4
 
 
 def test_non_metric_columns_are_formatted_and_never_bold():
-    results = pd.DataFrame([
-        ("d", m, 0, metric, value)
-        for m, nmi, params_ in (("a", 0.5, 2_000_000), ("b", 0.6, 1_000_000))
-        for metric, value in (("NMI", nmi), ("num_parameters", params_), ("self_similarity", 0.25))
-    ], columns=["dataset", "method", "seed", "metric", "value"])
+    results = pd.DataFrame(
+        [
+            ("d", m, 0, metric, value)
+            for m, nmi, params_ in (("a", 0.5, 2_000_000), ("b", 0.6, 1_000_000))
+            for metric, value in (("NMI", nmi), ("num_parameters", params_), ("self_similarity", 0.25))
+        ],
+        columns=["dataset", "method", "seed", "metric", "value"],
+    )
     spec = TableSpec(["d"], ["a", "b"], {"d": ["NMI", "num_parameters", "self_similarity", "learner0/R@1"]})
     runs = [RunDir("d", m, 0, Path("unused")) for m in ("a", "b")]  # per-run numbers only: no per_query.npz read
     text = render_comparison_table(summarise(results, runs, spec), spec, "caption", "tab:x")
@@ -151,8 +192,10 @@ def on_circle(degrees: list[float], norms: list[float] | None = None) -> np.ndar
 
 
 def neighbours_by_query(grid) -> dict[int, tuple[list[int], list[bool], int]]:
-    return {int(q): (n.tolist(), c.tolist(), int(r))
-            for q, n, c, r in zip(grid.query_rows, grid.neighbour_rows, grid.correct, grid.first_hit_rank, strict=True)}
+    return {
+        int(q): (n.tolist(), c.tolist(), int(r))
+        for q, n, c, r in zip(grid.query_rows, grid.neighbour_rows, grid.correct, grid.first_hit_rank, strict=True)
+    }
 
 
 def test_retrieval_grid_all_vs_all_neighbours_are_the_hand_computed_ones():
@@ -192,15 +235,18 @@ def test_retrieval_grid_searches_the_gallery_only_with_a_split():
 GRID = {"kind": "retrieval_grid", "dataset": "synthetic", "method": "margin", "seeds": [0], "queries": 2, "k": 2}
 
 
-@pytest.mark.parametrize(("figure", "message"), [
-    ({**GRID, "k": 0}, r"figures\.bad\.k must be an integer in 1\.\.20, got 0"),
-    ({**GRID, "queries": "6"}, r"figures\.bad\.queries must be an integer"),
-    ({**GRID, "query_seed": -1}, r"figures\.bad\.query_seed must be an integer"),
-    ({**GRID, "seeds": [0, 1]}, r"figures\.bad\.seeds must be a list of one seed"),
-    ({**GRID, "querys": 3}, r"figures\.bad: unknown key\(s\) \['querys'\]"),
-    ({**GRID, "method": "nope"}, r"figures\.bad\.method: methods \['nope'\] are not defined"),
-    ({k: v for k, v in GRID.items() if k != "method"}, r"figures\.bad: missing key\(s\) \['method'\]"),
-])
+@pytest.mark.parametrize(
+    ("figure", "message"),
+    [
+        ({**GRID, "k": 0}, r"figures\.bad\.k must be an integer in 1\.\.20, got 0"),
+        ({**GRID, "queries": "6"}, r"figures\.bad\.queries must be an integer"),
+        ({**GRID, "query_seed": -1}, r"figures\.bad\.query_seed must be an integer"),
+        ({**GRID, "seeds": [0, 1]}, r"figures\.bad\.seeds must be a list of one seed"),
+        ({**GRID, "querys": 3}, r"figures\.bad: unknown key\(s\) \['querys'\]"),
+        ({**GRID, "method": "nope"}, r"figures\.bad\.method: methods \['nope'\] are not defined"),
+        ({k: v for k, v in GRID.items() if k != "method"}, r"figures\.bad: missing key\(s\) \['method'\]"),
+    ],
+)
 def test_bad_retrieval_grid_specs_name_the_key(params, figure, message):
     with pytest.raises(ConfigError, match=message):
         validate_config(with_figures(params, bad=figure))
@@ -214,8 +260,9 @@ def write_tiny_dataset(root: Path, labels: list[int]) -> None:
     rows += [(f"images/test{i}.png", label, "test") for i, label in enumerate(labels)]
     for i, (path, _, _) in enumerate(rows):
         Image.fromarray(np.full((8, 8, 3), 20 * i, dtype=np.uint8)).save(prepared / path)
-    pd.DataFrame([{"path": path, "label": label, "class_name": f"class{label}", "split": split}
-                  for path, label, split in rows]).to_csv(prepared / "manifest.csv", index=False)
+    pd.DataFrame(
+        [{"path": path, "label": label, "class_name": f"class{label}", "split": split} for path, label, split in rows]
+    ).to_csv(prepared / "manifest.csv", index=False)
 
 
 def test_retrieval_grid_renders_framed_and_byte_identical(params, tmp_path, monkeypatch):
@@ -226,8 +273,10 @@ def test_retrieval_grid_renders_framed_and_byte_identical(params, tmp_path, monk
     run.mkdir(parents=True)
     np.savez(run / "embeddings.npz", embeddings=on_circle([0, 12, 30, 100, 110, 210]), labels=np.array(labels))
     config = with_figures(params, grid=GRID)
-    assert figure_inputs(config, "grid") == [str(run.relative_to(tmp_path) / "embeddings.npz"),
-                                             "data/prepared/synthetic"]
+    assert figure_inputs(config, "grid") == [
+        str(run.relative_to(tmp_path) / "embeddings.npz"),
+        "data/prepared/synthetic",
+    ]
     first = render_figure(config, "grid", tmp_path / "a.png").read_bytes()
     assert render_figure(config, "grid", tmp_path / "b.png").read_bytes() == first
     pixels = np.asarray(Image.open(tmp_path / "a.png").convert("RGB")).reshape(-1, 3)

@@ -23,10 +23,28 @@ from test_workflow_e2e import BIN, TINY_PARAMS, run
 pytestmark = pytest.mark.slow
 PARAMS = {
     **TINY_PARAMS,
-    "figures": {"tiny_curves": {"kind": "training_curves", "title": "Validation R@1 per epoch", "dataset": "tiny",
-                                "methods": ["triplet", "norm_softmax"], "columns": ["val_R@1"]}},
-    "claims": {"dataset": "tiny", "items": [{"id": "softmax_wins", "paper": "Test", "claim": "NormSoftmax > Triplet",
-                                             "metric": "R@1", "higher": "norm_softmax", "lower": "triplet"}]},
+    "figures": {
+        "tiny_curves": {
+            "kind": "training_curves",
+            "title": "Validation R@1 per epoch",
+            "dataset": "tiny",
+            "methods": ["triplet", "norm_softmax"],
+            "columns": ["val_R@1"],
+        }
+    },
+    "claims": {
+        "dataset": "tiny",
+        "items": [
+            {
+                "id": "softmax_wins",
+                "paper": "Test",
+                "claim": "NormSoftmax > Triplet",
+                "metric": "R@1",
+                "higher": "norm_softmax",
+                "lower": "triplet",
+            }
+        ],
+    },
 }
 OVERLAY = {"datasets": {"tiny": {"label": "Tiny overlay"}}}
 
@@ -80,11 +98,18 @@ def test_every_table_and_plot_is_in_the_report_with_a_caption(project: Path, pag
 
 def test_results_are_grouped_by_kind_and_dataset_with_labels(page: str):
     results = embedded(page, "results")
-    categories = {name: {sub: sorted(paths) for sub, paths in subs.items()}
-                  for name, subs in embedded(page, "categories").items()}
+    categories = {
+        name: {sub: sorted(paths) for sub, paths in subs.items()} for name, subs in embedded(page, "categories").items()
+    }
     assert categories == {
-        "Tables": {"Tiny overlay": ["results/plots/table1_recall_at_k.png", "results/plots/table1_training_curves.png",
-                                    "results/tables/claims.html", "results/tables/table1.html"]},
+        "Tables": {
+            "Tiny overlay": [
+                "results/plots/table1_recall_at_k.png",
+                "results/plots/table1_training_curves.png",
+                "results/tables/claims.html",
+                "results/tables/table1.html",
+            ]
+        },
         "Figures": {"Tiny overlay": ["results/plots/tiny_curves.png"]},
     }
     assert results["results/plots/table1_recall_at_k.png"]["labels"] == {"table": "table1", "shows": "Recall@K"}
@@ -120,7 +145,8 @@ def test_the_report_opens_on_table1_and_its_plots(project: Path, page: str):
     plots = re.findall(r'<img alt="([^"]*)" src="data:image/png;base64,([^"]+)">', description[table:])
     assert [html.unescape(alt).split(" ")[0] for alt, _ in plots] == ["Recall@K", "Training"]
     assert [base64.b64decode(data) for _, data in plots] == [
-        (project / f"results/plots/table1_{name}.png").read_bytes() for name in ("recall_at_k", "training_curves")]
+        (project / f"results/plots/table1_{name}.png").read_bytes() for name in ("recall_at_k", "training_curves")
+    ]
     for css in re.findall(r"<style>(.*?)</style>", description, flags=re.S):  # the page's and the landing's
         for selector in re.findall(r"([^{}]+)\{", re.sub(r"/\*.*?\*/", "", css, flags=re.S)):
             assert all("dmlbench-table" in part for part in selector.split(",")), f"unscoped style: {selector}"

@@ -190,7 +190,12 @@ def test_margin_loss_from_fixed_triplets_by_hand():
     triplets = (labels(0, 1, 2, 3), labels(1, 0, 3, 2), labels(2, 3, 1, 0))
     loss = loss_fn.loss_from_triplets(x, y, triplets)
     # (a,p,n) -> D(a,p), D(a,n), β of the anchor's class
-    rows = [(1.0, math.sqrt(2), 1.1), (1.0, math.sqrt(3), 1.1), (math.sqrt(2), chord(30), 0.9), (math.sqrt(2), 2.0, 0.9)]
+    rows = [
+        (1.0, math.sqrt(2), 1.1),
+        (1.0, math.sqrt(3), 1.1),
+        (math.sqrt(2), chord(30), 0.9),
+        (math.sqrt(2), 2.0, 0.9),
+    ]
     pos = [max(0.2 + d_ap - b, 0.0) for d_ap, _, b in rows]
     neg = [max(0.2 - (d_an - b), 0.0) for _, d_an, b in rows]
     active = sum(v > 0 for v in pos + neg)
@@ -320,9 +325,10 @@ def test_pml_proxy_nca_includes_the_positive_and_scales_distances():
     x, y = unit(*PROXY_X), labels(*PROXY_Y)
     d = [[chord2(abs(a - p)) for p in PROXY_ANGLES] for a in PROXY_X]
     included = sum(d[i][c] + math.log(sum(math.exp(-v) for v in d[i])) for i, c in enumerate(PROXY_Y)) / 3
-    excluded = sum(
-        d[i][c] + math.log(sum(math.exp(-v) for j, v in enumerate(d[i]) if j != c)) for i, c in enumerate(PROXY_Y)
-    ) / 3
+    excluded = (
+        sum(d[i][c] + math.log(sum(math.exp(-v) for j, v in enumerate(d[i]) if j != c)) for i, c in enumerate(PROXY_Y))
+        / 3
+    )
     assert close(pml(x, y), included)
     assert close(ours(x, y), excluded)
 

@@ -51,11 +51,13 @@ def test_divergence_loss_by_hand():
     d²(1, 3) = 4 and d²(2, 3) = 3.2 are outside. Mean over the images of the sum: (2 + 0.4) / 2 = 1.2
     ('sum'); 'per_learner' divides by M − 1 = 2 (each learner's mean over the others): 0.6.
     """
-    learners = torch.tensor([
-        [[1.0, 0.0], [1.0, 0.0]],
-        [[0.0, 1.0], [0.6, 0.8]],
-        [[1.0, 0.0], [-1.0, 0.0]],
-    ])  # (M, B, w)
+    learners = torch.tensor(
+        [
+            [[1.0, 0.0], [1.0, 0.0]],
+            [[0.0, 1.0], [0.6, 0.8]],
+            [[1.0, 0.0], [-1.0, 0.0]],
+        ]
+    )  # (M, B, w)
     assert divergence_loss(learners, margin=1.0, reduction="sum").item() == pytest.approx(1.2, abs=1e-6)
     assert divergence_loss(learners, margin=1.0).item() == pytest.approx(0.6, abs=1e-6)  # default: per_learner
     # margin 4: image 0 pairs (1,2), (2,3): 4 − 2 = 2 each, (1,3): 4 → 8 × 2 = 16; image 1: 3.2, 0, 0.8 → 8
@@ -67,7 +69,9 @@ def test_divergence_loss_by_hand():
         divergence_loss(learners, reduction="mean")
 
 
-def init_like_learners(num_learners: int, num_images: int = 16, spread: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
+def init_like_learners(
+    num_learners: int, num_images: int = 16, spread: float = 0.3
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Ensemble embeddings as at the initialisation of ABE with a shared final layer (``embedding_layer:
     shared``): the M learners of an image are close (a shared
     direction + a little per-learner noise, self-pair cosine ≈ 0.9), w = 8; 4 images per class."""
@@ -232,8 +236,10 @@ def test_gradient_reaches_every_learners_attention():
     model = AttentionEnsemble(small_backbone(), 4, 4, "stage2", "stage3")
     images, labels = torch.rand(6, 3, 20, 20), torch.tensor([0, 0, 1, 1, 2, 2])
     full = ABELoss(ContrastiveLoss(), model.learner_slices, divergence_weight=1.0)
-    objectives = {"Eq. 8": lambda e: full(e, labels), "L_div alone": lambda e: divergence_loss(
-        split_learners(e, model.learner_slices))}
+    objectives = {
+        "Eq. 8": lambda e: full(e, labels),
+        "L_div alone": lambda e: divergence_loss(split_learners(e, model.learner_slices)),
+    }
     for objective in objectives.values():
         model.zero_grad()
         objective(model(images)).backward()
@@ -276,8 +282,10 @@ def test_parameter_counts_abe_shares_g_heads_copy_it():
         return sum(p.numel() for p in model.parameters())
 
     def abe(shared_embedding: bool) -> list[int]:
-        return [count(AttentionEnsemble(small_backbone(), m, 4, "stage2", "stage3", shared_embedding=shared_embedding))
-                for m in (1, 2)]
+        return [
+            count(AttentionEnsemble(small_backbone(), m, 4, "stage2", "stage3", shared_embedding=shared_embedding))
+            for m in (1, 2)
+        ]
 
     heads = [count(HeadsEnsemble(small_backbone(), m, 4, "stage2")) for m in (1, 2)]
     mask_block = 16 * 8 + 8  # one more learner: a 1×1 conv block 16 → 8 channels with bias
@@ -351,8 +359,9 @@ def test_divergence_warmup_is_applied_logged_and_resumed(params, tiny_manifest, 
     """W = 2 epochs, 2 batches per epoch, λ_div = 0.5: the batches get 0.5 × (0, 0.25 | 0.5, 0.75 | 1, 1),
     so log.csv's epoch means of the applied λ_div are 0.0625, 0.3125, 0.5 — in a run cut after epoch 2
     and resumed as in one that was not; without warm-up every epoch logs 0.5."""
-    run = abe_run(params, epochs=3, learners=2, batches="class_balanced", divergence_weight=0.5,
-                  divergence_warmup_epochs=2.0)
+    run = abe_run(
+        params, epochs=3, learners=2, batches="class_balanced", divergence_weight=0.5, divergence_warmup_epochs=2.0
+    )
 
     class Stop(Exception):
         pass
@@ -363,8 +372,9 @@ def test_divergence_warmup_is_applied_logged_and_resumed(params, tiny_manifest, 
 
     train_run(run, tiny_manifest, tmp_path / "a" / "out", tmp_path / "a" / "scratch", progress=False)
     with pytest.raises(Stop):
-        train_run(run, tiny_manifest, tmp_path / "b" / "out", tmp_path / "b" / "scratch", progress=False,
-                  on_epoch_end=stop)
+        train_run(
+            run, tiny_manifest, tmp_path / "b" / "out", tmp_path / "b" / "scratch", progress=False, on_epoch_end=stop
+        )
     train_run(run, tiny_manifest, tmp_path / "b" / "out", tmp_path / "b" / "scratch", progress=False)
     for name in ("a", "b"):
         logged = pd.read_csv(tmp_path / name / "out" / "log.csv")["divergence_weight"].tolist()
@@ -406,17 +416,25 @@ def test_training_is_deterministic_and_logs_the_terms(params, tiny_manifest, tmp
     assert {key: summary[key] for key in health} == log[health].iloc[-1].to_dict()  # the last epoch's
 
 
-HEALTHY = {"R@1": 0.30, "learners_mean/R@1": 0.20, "self_similarity": 0.40,
-           "health/mask_mean": 0.90, "health/mask_std": 0.10}
+HEALTHY = {
+    "R@1": 0.30,
+    "learners_mean/R@1": 0.20,
+    "self_similarity": 0.40,
+    "health/mask_mean": 0.90,
+    "health/mask_std": 0.10,
+}
 
 
-@pytest.mark.parametrize(("options", "dead", "failing"), [
-    ({}, {"learners_mean/R@1": 0.02}, "learners_mean/R@1"),  # the summed-L_div collapse (learners at chance)
-    ({}, {"self_similarity": 0.95}, "self_similarity"),  # L_div has not spread the learners
-    ({}, {"health/mask_std": 0.001}, "health/mask_std"),  # one uniform mask: attention does nothing
-    ({}, {"health/mask_mean": 0.01}, "health/mask_mean"),  # masks closed: the features are switched off
-    ({"architecture": "heads", "divergence_weight": 0.0}, {"learners_mean/R@1": 0.02}, "learners_mean/R@1"),
-])
+@pytest.mark.parametrize(
+    ("options", "dead", "failing"),
+    [
+        ({}, {"learners_mean/R@1": 0.02}, "learners_mean/R@1"),  # the summed-L_div collapse (learners at chance)
+        ({}, {"self_similarity": 0.95}, "self_similarity"),  # L_div has not spread the learners
+        ({}, {"health/mask_std": 0.001}, "health/mask_std"),  # one uniform mask: attention does nothing
+        ({}, {"health/mask_mean": 0.01}, "health/mask_mean"),  # masks closed: the features are switched off
+        ({"architecture": "heads", "divergence_weight": 0.0}, {"learners_mean/R@1": 0.02}, "learners_mean/R@1"),
+    ],
+)
 def test_health_checks_fail_on_a_dead_mechanism(params, options, dead, failing):
     checks = build_recipe(abe_run(params, learners=4, **options)).health_checks()
     assert failed_checks(checks, HEALTHY) == []
@@ -426,6 +444,7 @@ def test_health_checks_fail_on_a_dead_mechanism(params, options, dead, failing):
 
 def test_health_checks_follow_the_options(params):
     """No diversity check without L_div, no mask checks for M-heads, no learner checks for one learner."""
+
     def keys(**options):
         return {check.key for check in build_recipe(abe_run(params, **options)).health_checks()}
 

@@ -278,8 +278,7 @@ def test_default_deml_at_init_embeds_every_scale_as_its_backbone(params, cam_poo
     paper's CAMs the embedding differs from the bare backbone's."""
     torch.manual_seed(0)
     images = torch.rand(4, 3, 20, 20)
-    model = build_recipe(deml_run(params, dim=12, num_scales=3, num_cams=2,
-                                  cam_pooled=cam_pooled)).build_model().eval()
+    model = build_recipe(deml_run(params, dim=12, num_scales=3, num_cams=2, cam_pooled=cam_pooled)).build_model().eval()
     with torch.no_grad():
         embedding = model(images).view(4, 3, 2, 2)  # (B, scale, learner, w)
         _, _, boxes = model._passes(images)
@@ -290,8 +289,11 @@ def test_default_deml_at_init_embeds_every_scale_as_its_backbone(params, cam_poo
                 assert torch.allclose(embedding[:, scale, learner], expected, atol=1e-5)
             if scale < 2:
                 x = crop_and_zoom(x, boxes[scale])
-    paper = build_recipe(deml_run(params, dim=12, num_scales=1, num_cams=2, cam_pooled=cam_pooled,
-                                  cam_init="paper")).build_model().eval()
+    paper = (
+        build_recipe(deml_run(params, dim=12, num_scales=1, num_cams=2, cam_pooled=cam_pooled, cam_init="paper"))
+        .build_model()
+        .eval()
+    )
     with torch.no_grad():
         gap = (paper(images).view(4, 2, 6)[:, 0] - _backbone_embedding(paper, 0, images)).norm(dim=-1)
     assert gap.min() > 1e-3
@@ -335,15 +337,17 @@ def test_binomial_deviance_by_hand_and_averaged_over_learners():
             for q in range(p + 1, 4):
                 cosine = math.cos(math.radians(degrees[p] - degrees[q]))
                 (positives if classes[p] == classes[q] else negatives).append(
-                    _deviance(cosine, classes[p] == classes[q]))
+                    _deviance(cosine, classes[p] == classes[q])
+                )
         per_learner.append(sum(positives) / len(positives) + sum(negatives) / len(negatives))  # 1/w_pq
     rad = torch.tensor(angles, dtype=torch.float64) * math.pi / 180
     embeddings = torch.stack([rad.cos(), rad.sin()], dim=-1) * 3.0  # (J=2, B=4, 2), not unit: cosine only
     labels = torch.tensor(classes)
     binomial = BinomialDevianceLoss(alpha=2.0, beta=0.5, neg_weight=35.0)
     assert float(binomial(embeddings[0], labels)) == pytest.approx(per_learner[0], rel=1e-9)
-    loss = DeMLLoss(binomial, num_scales=1, learners_per_scale=2, learner_dim=2, adversary="none",
-                    decay_weight=0.0, ntri_weight=0.0)
+    loss = DeMLLoss(
+        binomial, num_scales=1, learners_per_scale=2, learner_dim=2, adversary="none", decay_weight=0.0, ntri_weight=0.0
+    )
     terms = loss([embeddings], labels, [torch.eye(2)])
     assert float(terms.total) == pytest.approx(sum(per_learner) / 2, rel=1e-9)
 
@@ -354,8 +358,15 @@ def test_activation_decay_and_nontrivial_term_by_hand():
     # rows of ω: ‖(1, 1)‖² = 2, ‖(0, 1)‖² = 1 → (2 − 1)² + 0; ωωᵀ's off-diagonal is not penalised
     omega = torch.tensor([[1.0, 1.0], [0.0, 1.0]])
     assert float(nontrivial_solution_penalty([omega], variant="paper")) == pytest.approx(1.0)
-    loss = DeMLLoss(BinomialDevianceLoss(), num_scales=1, learners_per_scale=1, learner_dim=2,
-                    decay_weight=0.014, ntri_weight=0.25, ntri_variant="paper")
+    loss = DeMLLoss(
+        BinomialDevianceLoss(),
+        num_scales=1,
+        learners_per_scale=1,
+        learner_dim=2,
+        decay_weight=0.014,
+        ntri_weight=0.25,
+        ntri_variant="paper",
+    )
     terms = loss(outputs, torch.tensor([0, 1]), [torch.tensor([[1.0, 1.0], [0.0, 1.0]])])
     assert float(terms.decay) == pytest.approx(0.014 * 6.5) and float(terms.ntri) == pytest.approx(0.25)
     assert float(terms.adversary) == 0.0  # one learner: no adversary
@@ -364,7 +375,7 @@ def test_activation_decay_and_nontrivial_term_by_hand():
 def test_code_scaled_nontrivial_term_by_hand():
     """The released code: λ2 = 0.5 × the mean over the rows of each distinct matrix; a matrix shared
     by the learners of a scale counts once. Rows with ‖ω_k‖² = 1/3 (PyTorch's default init) and 1."""
-    shared = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]) / torch.tensor([[3.0], [3.0 ** 0.5]])
+    shared = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]]) / torch.tensor([[3.0], [3.0**0.5]])
     other = torch.eye(2, 3)
     code = nontrivial_solution_penalty([shared, shared, other], variant="code")
     assert float(code) == pytest.approx(((1 / 3 - 1) ** 2 + (1 / 3 - 1) ** 2) / 2 + 0.0)
@@ -450,13 +461,16 @@ def test_attention_maps_for_figures(params):
     assert (maps["oam_scale1"] * (1 - crop)).abs().max() < 1e-5  # scale 1 lives inside scale 0's crop
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"num_cams": -1}, "num_cams must be ≥ 0"),
-    ({"oam_variant": "other"}, "oam_variant"),
-    ({"cam_init": "open_bias"}, "cam_init"),
-    ({"oam_layers": []}, "oam_layers must name at least one stage"),
-    ({"adversary_weight": -1.0}, "adversary_weight must be ≥ 0"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_cams": -1}, "num_cams must be ≥ 0"),
+        ({"oam_variant": "other"}, "oam_variant"),
+        ({"cam_init": "open_bias"}, "cam_init"),
+        ({"oam_layers": []}, "oam_layers must name at least one stage"),
+        ({"adversary_weight": -1.0}, "adversary_weight must be ≥ 0"),
+    ],
+)
 def test_bad_options_are_rejected(params, options, message):
     with pytest.raises(OptionsError, match=message):
         build_recipe(deml_run(params, **options))
@@ -537,8 +551,11 @@ def test_oam_health_measures_the_object_in_the_transformed_image(params, tmp_pat
     on_object = torch.zeros(20, 20)
     on_object[4:14, 2:14] = 1.0
     healthy = oam_health(_FixedOAM(on_object, [1.0, 3.0, 15.0, 17.0]), context)
-    assert healthy == {"health/saliency_in_object": 1.0, "health/crop_contains_object": 1.0,
-                       "health/crop_area": pytest.approx(14 * 14 / 400)}
+    assert healthy == {
+        "health/saliency_in_object": 1.0,
+        "health/crop_contains_object": 1.0,
+        "health/crop_area": pytest.approx(14 * 14 / 400),
+    }
     dead = oam_health(_FixedOAM(1 - on_object, [0.0, 0.0, 8.0, 8.0]), context)  # crop covers 6×4 of 12×10
     assert dead["health/saliency_in_object"] == 0.0 and dead["health/crop_contains_object"] == 0.0
     context.data.val_boxes = np.full((2, 4), np.nan)
@@ -549,24 +566,35 @@ def test_health_checks_fail_on_dead_values_and_pass_on_healthy(params):
     checks = build_recipe(resolve_run(params, "synthetic", "deml", 0)).health_checks()
     keys = {"health/saliency_in_object", "health/crop_contains_object", "self_similarity", "learners_mean/R@1"}
     assert {c.key for c in checks} == keys
-    healthy = {"health/saliency_in_object": 0.95, "health/crop_contains_object": 0.9, "self_similarity": 0.1,
-               "learners_mean/R@1": 0.15}
-    dead = {"health/saliency_in_object": 0.34, "health/crop_contains_object": 0.2, "self_similarity": 0.95,
-            "learners_mean/R@1": 0.02}
+    healthy = {
+        "health/saliency_in_object": 0.95,
+        "health/crop_contains_object": 0.9,
+        "self_similarity": 0.1,
+        "learners_mean/R@1": 0.15,
+    }
+    dead = {
+        "health/saliency_in_object": 0.34,
+        "health/crop_contains_object": 0.2,
+        "self_similarity": 0.95,
+        "learners_mean/R@1": 0.02,
+    }
     assert failed_checks(checks, healthy) == []
     assert len(failed_checks(checks, dead)) == 4
     for key in keys:  # each bound fails on its own dead value
         assert len(failed_checks(checks, {**healthy, key: dead[key]})) == 1
 
 
-@pytest.mark.parametrize(("dataset", "method", "expected"), [
-    ("synthetic", "deml_i1j8_noadv", {"learners_mean/R@1"}),  # no adversary, one scale: no OAM check
-    ("synthetic", "deml_i1j8", {"self_similarity", "learners_mean/R@1"}),
-    ("synthetic", "deml_i3j1", {"health/saliency_in_object", "health/crop_contains_object", "learners_mean/R@1"}),
-    ("synthetic", "deml_u512_act", set()),
-    ("sop", "deml_i3j1", {"learners_mean/R@1"}),  # SOP has no boxes
-    ("cub200_cropped", "deml_i3j1", {"learners_mean/R@1"}),
-])
+@pytest.mark.parametrize(
+    ("dataset", "method", "expected"),
+    [
+        ("synthetic", "deml_i1j8_noadv", {"learners_mean/R@1"}),  # no adversary, one scale: no OAM check
+        ("synthetic", "deml_i1j8", {"self_similarity", "learners_mean/R@1"}),
+        ("synthetic", "deml_i3j1", {"health/saliency_in_object", "health/crop_contains_object", "learners_mean/R@1"}),
+        ("synthetic", "deml_u512_act", set()),
+        ("sop", "deml_i3j1", {"learners_mean/R@1"}),  # SOP has no boxes
+        ("cub200_cropped", "deml_i3j1", {"learners_mean/R@1"}),
+    ],
+)
 def test_health_checks_follow_the_options_and_the_dataset(params, dataset, method, expected):
     checks = build_recipe(resolve_run(params, dataset, method, 0)).health_checks()
     assert {c.key for c in checks} == expected

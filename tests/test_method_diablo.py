@@ -40,15 +40,31 @@ from dmlbench.training.trainer import train_run
 from conftest import parameter_group_ids, tiny_run
 
 #: cut points of the tiny small_cnn per placement (post-attention branches one stage later, as in §4.1).
-CUTS = {"pre": {"feature_stage": "stage2", "phi_until": "stage3", "psi_until": "stage4"},
-        "post": {"feature_stage": "stage3", "phi_until": "stage4", "psi_until": "stage4"}}
+CUTS = {
+    "pre": {"feature_stage": "stage2", "phi_until": "stage3", "psi_until": "stage4"},
+    "post": {"feature_stage": "stage3", "phi_until": "stage4", "psi_until": "stage4"},
+}
 
 
-def tiny_model(selection: str = "dimension", placement: str = "pre", n: int = 2, dim: int = 8,
-               hardness: float = 10.0, freeze_bn: bool = False) -> DIABLO:
+def tiny_model(
+    selection: str = "dimension",
+    placement: str = "pre",
+    n: int = 2,
+    dim: int = 8,
+    hardness: float = 10.0,
+    freeze_bn: bool = False,
+) -> DIABLO:
     torch.manual_seed(0)
-    return DIABLO(build_small_cnn(width=4), selection=selection, placement=placement, num_entries=n,
-                  hardness=hardness, embedding_dim=dim, freeze_bn=freeze_bn, **CUTS[placement])
+    return DIABLO(
+        build_small_cnn(width=4),
+        selection=selection,
+        placement=placement,
+        num_entries=n,
+        hardness=hardness,
+        embedding_dim=dim,
+        freeze_bn=freeze_bn,
+        **CUTS[placement],
+    )
 
 
 def diablo_run(params: dict, epochs: int = 2, **options) -> dict:
@@ -77,8 +93,11 @@ def test_large_hardness_gives_the_one_hot_arg_max_of_eq6(selection):
     weights = block(phi)
     n, rows, m = block.dictionary.shape
     # cosine similarities computed independently, position by position
-    cosines = F.cosine_similarity(phi.permute(0, 2, 3, 1)[:, None, None],  # (B, 1, 1, h, w, m)
-                                  block.dictionary[None, :, :, None, None, :], dim=-1)  # → (B, N, rows, h, w)
+    cosines = F.cosine_similarity(
+        phi.permute(0, 2, 3, 1)[:, None, None],  # (B, 1, 1, h, w, m)
+        block.dictionary[None, :, :, None, None, :],
+        dim=-1,
+    )  # → (B, N, rows, h, w)
     one_hot = F.one_hot(cosines.argmax(dim=1), n).permute(0, 4, 1, 2, 3).float()
     torch.testing.assert_close(weights, one_hot, rtol=0, atol=1e-12)
     assert torch.equal(weights.argmax(dim=1), cosines.argmax(dim=1))
@@ -104,8 +123,12 @@ def test_feature_wise_hand_checked_on_a_2x2_map_with_2_entries():
     with torch.no_grad():
         block.dictionary.copy_(torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]]]))
     weights = block(PHI)  # cosines: (1,0) (0,1) (1/√2,1/√2) (−1,0)
-    expected = torch.tensor([[[0.75, 0.25], [0.5, 0.25]],    # entry 1
-                             [[0.25, 0.75], [0.5, 0.75]]])   # entry 2
+    expected = torch.tensor(
+        [
+            [[0.75, 0.25], [0.5, 0.25]],  # entry 1
+            [[0.25, 0.75], [0.5, 0.75]],
+        ]
+    )  # entry 2
     torch.testing.assert_close(weights[0, :, 0], expected)
     features = torch.tensor([[[2.0, 4.0], [6.0, 8.0]], [[1.0, 1.0], [1.0, 1.0]]]).unsqueeze(0)  # c = 2
     merged = merge(features, weights, scale="paper")  # Eq. 8–9 literally
@@ -115,8 +138,9 @@ def test_feature_wise_hand_checked_on_a_2x2_map_with_2_entries():
     torch.testing.assert_close(merged[0, 1, 1], expected[1])
     for i in range(2):  # Eq. 9: H_ij = A_ij ⊗ f_ij
         for j in range(2):
-            torch.testing.assert_close(merged[0, :, :, i, j].reshape(-1),
-                                       torch.kron(weights[0, :, 0, i, j], features[0, :, i, j]))
+            torch.testing.assert_close(
+                merged[0, :, :, i, j].reshape(-1), torch.kron(weights[0, :, 0, i, j], features[0, :, i, j])
+            )
     torch.testing.assert_close(merge(features, weights, scale="identity"), 2 * merged)  # × N = 2
 
 
@@ -183,14 +207,23 @@ def pretrained_like_small_cnn() -> StagedBackbone:
     return backbone
 
 
-def pooled_at_init(selection: str, placement: str, hardness: float = 10.0, merge_scale: str = "identity",
-                   num_entries: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+def pooled_at_init(
+    selection: str, placement: str, hardness: float = 10.0, merge_scale: str = "identity", num_entries: int = 4
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(backbone's pooled features (B, C), DIABLO's pooled attended features (B, N, C)), frozen BN."""
     backbone = pretrained_like_small_cnn()
     torch.manual_seed(6)
-    model = DIABLO(backbone, selection=selection, placement=placement, num_entries=num_entries,
-                   hardness=hardness, embedding_dim=8, freeze_bn=True, merge_scale=merge_scale,
-                   **CUTS[placement]).train()
+    model = DIABLO(
+        backbone,
+        selection=selection,
+        placement=placement,
+        num_entries=num_entries,
+        hardness=hardness,
+        embedding_dim=8,
+        freeze_bn=True,
+        merge_scale=merge_scale,
+        **CUTS[placement],
+    ).train()
     images = torch.rand(6, 3, DEFAULT_CROP, DEFAULT_CROP)
     with torch.no_grad():
         return backbone(images, until="pool").flatten(1), model._pool(model.attend(images)[1])
@@ -243,8 +276,16 @@ def test_default_block_at_init_keeps_every_branchs_frozen_features(selection):
 
 def test_merge_scale_option_is_validated():
     with pytest.raises(ValueError, match="merge_scale must be 'identity' or 'paper'"):
-        DIABLO(build_small_cnn(width=4), selection="feature", placement="pre", num_entries=2, hardness=1.0,
-               embedding_dim=8, merge_scale="sum", **CUTS["pre"])
+        DIABLO(
+            build_small_cnn(width=4),
+            selection="feature",
+            placement="pre",
+            num_entries=2,
+            hardness=1.0,
+            embedding_dim=8,
+            merge_scale="sum",
+            **CUTS["pre"],
+        )
 
 
 # --- health numbers -----------------------------------------------------------------------------------
@@ -343,8 +384,7 @@ def test_unit_and_normal_dictionaries_have_the_same_directions():
     torch.manual_seed(7)
     unit = DictionarySelection("dimension", in_channels=64, num_entries=4, channels=3, hardness=3.0, init="unit")
     torch.manual_seed(7)
-    normal = DictionarySelection("dimension", in_channels=64, num_entries=4, channels=3, hardness=3.0,
-                                 init="normal")
+    normal = DictionarySelection("dimension", in_channels=64, num_entries=4, channels=3, hardness=3.0, init="normal")
     torch.testing.assert_close(unit.dictionary.norm(dim=-1), torch.ones(4, 3))
     assert normal.dictionary.norm(dim=-1).mean().item() == pytest.approx(8.0, rel=0.15)  # √64
     torch.testing.assert_close(unit.dictionary, F.normalize(normal.dictionary, dim=-1))
@@ -360,16 +400,26 @@ def test_freeze_bn_keeps_backbone_and_phi_batchnorm_frozen():
     assert norms and all(not m.training and not m.weight.requires_grad for m in norms)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"phi_until": "stage2"}, "must come after the feature stage"),
-    ({"psi_until": "pool"}, "before 'pool'"),
-    ({"phi_until": "stage9"}, "no stage 'stage9'"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"phi_until": "stage2"}, "must come after the feature stage"),
+        ({"psi_until": "pool"}, "before 'pool'"),
+        ({"phi_until": "stage9"}, "no stage 'stage9'"),
+    ],
+)
 def test_bad_cut_points_are_clear_errors(kwargs, message):
     cuts = {**CUTS["pre"], **kwargs}
     with pytest.raises((ValueError, KeyError), match=message):
-        DIABLO(build_small_cnn(width=4), selection="feature", placement="pre", num_entries=2, hardness=1.0,
-               embedding_dim=8, **cuts)
+        DIABLO(
+            build_small_cnn(width=4),
+            selection="feature",
+            placement="pre",
+            num_entries=2,
+            hardness=1.0,
+            embedding_dim=8,
+            **cuts,
+        )
 
 
 # --- the recipe ----------------------------------------------------------------------------------
@@ -380,8 +430,11 @@ def test_recipe_options_and_errors_name_the_params_key(params):
         build_recipe(diablo_run(params, selection="pixel"))
     with pytest.raises(OptionsError, match="hardness must be > 0"):
         build_recipe(diablo_run(params, hardness=0.0))
-    with pytest.raises(ValueError, match=r"training.embedding_dim = 8 is not divisible by "
-                                         r"methods.diablo_test.options.dictionary_size = 3"):
+    with pytest.raises(
+        ValueError,
+        match=r"training.embedding_dim = 8 is not divisible by "
+        r"methods.diablo_test.options.dictionary_size = 3",
+    ):
         build_recipe(diablo_run(params, dictionary_size=3)).build_model()
     with pytest.raises(ValueError, match=r"methods.diablo_test.options.feature_stage.*stage 'nope'"):
         build_recipe(diablo_run(params, feature_stage="nope")).build_model()
@@ -507,7 +560,8 @@ def test_movement_is_zero_at_init_and_that_of_the_step_after_it(params):
     logged = recipe.epoch_log()
     unit, unit0 = F.normalize(model.selection.dictionary.detach(), dim=-1), F.normalize(initial, dim=-1)
     assert logged["diablo/dictionary_relative_change"] == pytest.approx(
-        float((unit - unit0).norm() / unit0.norm()), rel=1e-6)
+        float((unit - unit0).norm() / unit0.norm()), rel=1e-6
+    )
     assert logged["diablo/dictionary_relative_change"] > 0
     model.eval()
     with torch.no_grad():
@@ -525,15 +579,23 @@ def test_movement_is_zero_at_init_and_that_of_the_step_after_it(params):
     assert moved["diablo/attention_change"] == pytest.approx(logged["diablo/attention_change"])
 
 
-HEALTHY = {"R@1": 0.20, "learners_mean/R@1": 0.12, "self_similarity": 0.10,
-           "health/attention_entropy_ratio": 0.60, "health/dictionary_usage": 0.90}
+HEALTHY = {
+    "R@1": 0.20,
+    "learners_mean/R@1": 0.12,
+    "self_similarity": 0.10,
+    "health/attention_entropy_ratio": 0.60,
+    "health/dictionary_usage": 0.90,
+}
 
 
-@pytest.mark.parametrize(("dead", "failing"), [
-    ({"health/attention_entropy_ratio": 0.999}, "health/attention_entropy_ratio"),  # uniform attention
-    ({"health/dictionary_usage": 1 / 8}, "health/dictionary_usage"),  # every position picks one entry
-    ({"self_similarity": 0.97}, "self_similarity"),  # the branches embed the same thing
-])
+@pytest.mark.parametrize(
+    ("dead", "failing"),
+    [
+        ({"health/attention_entropy_ratio": 0.999}, "health/attention_entropy_ratio"),  # uniform attention
+        ({"health/dictionary_usage": 1 / 8}, "health/dictionary_usage"),  # every position picks one entry
+        ({"self_similarity": 0.97}, "self_similarity"),  # the branches embed the same thing
+    ],
+)
 def test_health_checks_fail_on_a_dead_mechanism(params, dead, failing):
     checks = build_recipe(diablo_run(params, dictionary_size=8)).health_checks()
     assert failed_checks(checks, HEALTHY) == []

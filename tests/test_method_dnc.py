@@ -94,7 +94,9 @@ def test_a_batch_of_cluster_k_changes_only_learner_k_and_the_backbone(params):
             learner = int(name.split(".")[2])
             assert (grads[name] is None) == (learner != 1), name
             assert torch.equal(value, before_model[name]) == (learner != 1), name
-    changed = [n for n, v in snapshot(model).items() if n.startswith("backbone.") and not torch.equal(v, before_model[n])]
+    changed = [
+        n for n, v in snapshot(model).items() if n.startswith("backbone.") and not torch.equal(v, before_model[n])
+    ]
     assert changed  # the shared backbone learns
     for name, value in snapshot(loss).items():  # proxies: only learner 1's
         assert torch.equal(value, before_loss[name]) == (not name.startswith("learners.1.")), name
@@ -115,8 +117,9 @@ def test_the_finetune_phase_trains_the_full_embedding(params):
     images = torch.rand(len(rows), 3, 20, 20)
     with torch.no_grad():
         expected = loss.full(model.head.merged(model.backbone(images)), torch.as_tensor(labels[rows]))
-    assert recipe.training_loss(model, loss, images, torch.as_tensor(labels[rows]), torch.as_tensor(rows)).item() \
-        == pytest.approx(expected.item())
+    assert recipe.training_loss(
+        model, loss, images, torch.as_tensor(labels[rows]), torch.as_tensor(rows)
+    ).item() == pytest.approx(expected.item())
     one_step(recipe, model, loss, labels, rows, images)
     after = snapshot(model)
     for k in range(2):
@@ -126,8 +129,15 @@ def test_the_finetune_phase_trains_the_full_embedding(params):
 
 
 def test_full_embedding_loss_switch_keeps_cluster_batches(params):
-    run = dnc_run(params, {"name": "triplet"}, epochs=4, num_clusters=2, recluster_every=4, finetune_epoch=4,
-                  full_embedding_loss_epoch=3)
+    run = dnc_run(
+        params,
+        {"name": "triplet"},
+        epochs=4,
+        num_clusters=2,
+        recluster_every=4,
+        finetune_epoch=4,
+        full_embedding_loss_epoch=3,
+    )
     recipe = build_recipe(run)
     labels = np.repeat(np.arange(4), 3)
     recipe.clusters = np.array([0] * 6 + [1] * 6)
@@ -151,11 +161,19 @@ def test_warmup_trains_the_full_embedding_and_the_first_divide_epoch_clusters(pa
     phases = []
     for epoch in range(1, 7):
         recipe.on_epoch_start(epoch, model, context)
-        phases.append((recipe.learner_loss, recipe.clusters is not None, recipe.epoch_clustering > 0,
-                       len(set(recipe.active.tolist()) - {-1})))
+        phases.append(
+            (
+                recipe.learner_loss,
+                recipe.clusters is not None,
+                recipe.epoch_clustering > 0,
+                len(set(recipe.active.tolist()) - {-1}),
+            )
+        )
     assert phases == [
-        (False, False, False, 1), (False, False, False, 1),  # warm-up: no clustering, one group, full loss
-        (True, True, True, 2), (True, True, False, 2),  # divide: K-means at W + 1 = 3, T = 2
+        (False, False, False, 1),
+        (False, False, False, 1),  # warm-up: no clustering, one group, full loss
+        (True, True, True, 2),
+        (True, True, False, 2),  # divide: K-means at W + 1 = 3, T = 2
         (True, True, True, 2),  # re-clustered at 5
         (False, True, False, 1),  # fine-tune
     ]
@@ -163,8 +181,9 @@ def test_warmup_trains_the_full_embedding_and_the_first_divide_epoch_clusters(pa
 
 
 def test_warmup_delays_fixed_partitions_too(params, tiny_manifest):
-    recipe = build_recipe(dnc_run(params, {"name": "triplet"}, epochs=3, num_clusters=2, grouping="random",
-                                  warmup_epochs=1))
+    recipe = build_recipe(
+        dnc_run(params, {"name": "triplet"}, epochs=3, num_clusters=2, grouping="random", warmup_epochs=1)
+    )
     context = tiny_context(params, tiny_manifest)
     recipe.on_epoch_start(1, None, context)
     assert recipe.clusters is None and not recipe.learner_loss
@@ -253,8 +272,9 @@ def test_health_checks_fail_on_dead_clusterings_and_pass_on_a_class_grouping(par
     by_class = labels % 4  # each class wholly in one of 4 equal clusters
     assert failed_checks(checks, health_of(recipe, by_class, labels)) == []
     one_cluster = np.zeros_like(labels)
-    assert [f.split(" ")[0] for f in failed_checks(checks, health_of(build_recipe(recipe.run), one_cluster, labels))] \
-        == ["health/cluster_balance", "health/cluster_class_nmi_first_excess"]
+    assert [
+        f.split(" ")[0] for f in failed_checks(checks, health_of(build_recipe(recipe.run), one_cluster, labels))
+    ] == ["health/cluster_balance", "health/cluster_class_nmi_first_excess"]
     random = random_partition(len(labels), 4, np.random.default_rng(0))
     random_health = health_of(build_recipe(recipe.run), random, labels)
     assert random_health["health/cluster_class_nmi_first_excess"] < MIN_FIRST_NMI_EXCESS / 5
@@ -332,8 +352,9 @@ def test_cluster_sampler_batches_come_from_one_cluster_and_match_the_plain_sampl
 def test_proportional_cluster_sampling_follows_sizes():
     labels = np.repeat(np.arange(8), 4)
     clusters = np.where(labels < 6, 0, 1)  # 24 vs 8 rows
-    sampler = ClusterBatchSampler(labels, clusters, 2, 2, torch.Generator().manual_seed(0), num_batches=400,
-                                  weighting="proportional")
+    sampler = ClusterBatchSampler(
+        labels, clusters, 2, 2, torch.Generator().manual_seed(0), num_batches=400, weighting="proportional"
+    )
     share = np.mean([clusters[b[0]] == 0 for b in sampler])
     assert 0.68 < share < 0.82
 
@@ -368,8 +389,9 @@ def test_one_cluster_is_the_baseline_bit_for_bit(params, tiny_manifest, tmp_path
     assert [v for v in cb["model"].values()] and len(cb["model"]) == len(cd["model"])
     for (kb, vb), (kd, vd) in zip(cb["model"].items(), cd["model"].items(), strict=True):
         assert torch.equal(vb, vd), (kb, kd)
-    assert [torch.equal(a, b) for a, b in zip(cb["loss"].values(), cd["loss"].values(), strict=True)] \
-        == [True] * len(cb["loss"])
+    assert [torch.equal(a, b) for a, b in zip(cb["loss"].values(), cd["loss"].values(), strict=True)] == [True] * len(
+        cb["loss"]
+    )
     pd.testing.assert_frame_equal(lb, ld[lb.columns])
     assert (ld["cluster_min"] == ld["cluster_max"]).all() and (ld["cluster_dropped"] == 0).all()
 
@@ -427,8 +449,14 @@ def test_grouping_variants(params, tiny_manifest, tmp_path):
     frame[["label", "family", "split"]].drop_duplicates().to_csv(path, index=False)
     data = load_run_data(tiny_run(params), tiny_manifest)
     context = TrainContext(data=data, device=torch.device("cpu"), eval_batch_size=16)
-    families = dnc_run(params, {"name": "triplet"}, num_clusters=2, grouping="class_families",
-                       class_groups_file=str(path), class_groups_column="family")
+    families = dnc_run(
+        params,
+        {"name": "triplet"},
+        num_clusters=2,
+        grouping="class_families",
+        class_groups_file=str(path),
+        class_groups_column="family",
+    )
     recipe = build_recipe(families)
     recipe.on_epoch_start(1, recipe.build_model(), context)
     per_class = pd.Series(recipe.clusters).groupby(data.train.labels).nunique()
@@ -443,13 +471,16 @@ def test_grouping_variants(params, tiny_manifest, tmp_path):
     assert not whole.learner_loss and len(set(whole.clusters.tolist())) == 3
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"finetune_epoch": 9}, r"methods\.dnc_test\.options\.finetune_epoch = 9 is after the last epoch"),
-    ({"num_clusters": 16}, r"num_clusters = 16 exceeds training\.embedding_dim = 8"),
-    ({"num_clusters": 0}, r"num_clusters must be ≥ 1"),
-    ({"finetune_epoch": 2, "full_embedding_loss_epoch": 3}, r"must not come after finetune_epoch"),
-    ({"grouping": "kmeans_split"}, r"grouping = 'kmeans_split' does not have the expected type"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"finetune_epoch": 9}, r"methods\.dnc_test\.options\.finetune_epoch = 9 is after the last epoch"),
+        ({"num_clusters": 16}, r"num_clusters = 16 exceeds training\.embedding_dim = 8"),
+        ({"num_clusters": 0}, r"num_clusters must be ≥ 1"),
+        ({"finetune_epoch": 2, "full_embedding_loss_epoch": 3}, r"must not come after finetune_epoch"),
+        ({"grouping": "kmeans_split"}, r"grouping = 'kmeans_split' does not have the expected type"),
+    ],
+)
 def test_option_errors_name_the_key(params, options, message):
     with pytest.raises((ValueError, OptionsError), match=message):
         build_recipe(dnc_run(params, {"name": "triplet"}, **options))

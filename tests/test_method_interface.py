@@ -22,6 +22,7 @@ from conftest import parameter_group_ids, tiny_run
 
 from dmlbench.config import ConfigError, resolve_method, resolve_run
 
+
 @dataclasses.dataclass(frozen=True)
 class DemoOptions:
     learners: int = 2
@@ -36,12 +37,15 @@ def test_options_defaults_overrides_and_lists_become_tuples():
     assert parse_options(DemoOptions, None, "w") == DemoOptions()
 
 
-@pytest.mark.parametrize(("values", "message"), [
-    ({"learner": 3}, r"methods\.x\.options\.learner is not an option.*known: learners, weight"),
-    ({"learners": 2.5}, r"methods\.x\.options\.learners = 2\.5 does not have the expected type"),
-    ({"learners": True}, r"learners = True"),
-    ({"stages": ["a", 1]}, r"stages"),
-])
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"learner": 3}, r"methods\.x\.options\.learner is not an option.*known: learners, weight"),
+        ({"learners": 2.5}, r"methods\.x\.options\.learners = 2\.5 does not have the expected type"),
+        ({"learners": True}, r"learners = True"),
+        ({"stages": ["a", 1]}, r"stages"),
+    ],
+)
 def test_options_errors_name_the_key(values, message):
     with pytest.raises(OptionsError, match=message):
         parse_options(DemoOptions, values, "methods.x.options")
@@ -61,9 +65,11 @@ def with_methods(params: dict, **methods: dict) -> dict:
 
 
 def test_base_inheritance_merges_deeply_and_resolves_the_run(params):
-    config = with_methods(params, margin_long={"base": "margin", "label": "Margin, long",
-                                               "training": {"epochs": 3, "optimizer": {"lr": 0.1}}},
-                          margin_longer={"base": "margin_long", "loss": {"margin": 0.5}})
+    config = with_methods(
+        params,
+        margin_long={"base": "margin", "label": "Margin, long", "training": {"epochs": 3, "optimizer": {"lr": 0.1}}},
+        margin_longer={"base": "margin_long", "loss": {"margin": 0.5}},
+    )
     validate_config(config)
     method = resolve_method(config, "margin_longer")
     assert method["loss"] == {"name": "margin", "margin": 0.5, "beta": 1.2}
@@ -74,11 +80,14 @@ def test_base_inheritance_merges_deeply_and_resolves_the_run(params):
     assert run["training"]["optimizer"]["loss_lr_multiplier"] == 10.0  # from the base of the base
 
 
-@pytest.mark.parametrize(("methods", "message"), [
-    ({"a": {"base": "b"}, "b": {"base": "a"}}, "makes a cycle"),
-    ({"a": {"base": "nope"}}, "methods.a.base = 'nope' is not defined"),
-    ({"a": {"label": "no recipe"}}, r"methods\.a \(with its bases\) defines no recipe or loss"),
-])
+@pytest.mark.parametrize(
+    ("methods", "message"),
+    [
+        ({"a": {"base": "b"}, "b": {"base": "a"}}, "makes a cycle"),
+        ({"a": {"base": "nope"}}, "methods.a.base = 'nope' is not defined"),
+        ({"a": {"label": "no recipe"}}, r"methods\.a \(with its bases\) defines no recipe or loss"),
+    ],
+)
 def test_bad_bases_are_clear_errors(params, methods, message):
     with pytest.raises(ConfigError, match=message):
         validate_config(with_methods(params, **methods))
@@ -119,8 +128,9 @@ class LoggingRecipe(Recipe):
 
 @pytest.fixture
 def logging_recipe(monkeypatch):
-    monkeypatch.setitem(__import__("dmlbench.methods", fromlist=["RECIPES"]).RECIPES, "logging",
-                        f"{__name__}:LoggingRecipe")
+    monkeypatch.setitem(
+        __import__("dmlbench.methods", fromlist=["RECIPES"]).RECIPES, "logging", f"{__name__}:LoggingRecipe"
+    )
 
 
 def test_recipe_hooks_reach_log_checkpoint_embeddings_and_metrics(params, tiny_manifest, tmp_path, logging_recipe):
@@ -133,14 +143,29 @@ def test_recipe_hooks_reach_log_checkpoint_embeddings_and_metrics(params, tiny_m
     assert log["train_R@1"].between(0, 1).all()
     summary = load_checkpoint(tmp_path / "out" / "checkpoint.pt")["summary"]
     assert summary["batches_seen"] == 6.0  # the recipe's summary, beside the trainer's init-parity numbers
-    assert set(summary) == {"batches_seen", "health/init_val_r1", "health/init_val_r1_linear_head",
-                           "health/init_val_r1_linear_head_lowest", "health/init_gap", "health/init_shortfall"}
+    assert set(summary) == {
+        "batches_seen",
+        "health/init_val_r1",
+        "health/init_val_r1_linear_head",
+        "health/init_val_r1_linear_head_lowest",
+        "health/init_gap",
+        "health/init_shortfall",
+    }
     embed_run(tmp_path / "out" / "checkpoint.pt", tiny_manifest, tmp_path / "emb.npz")
     metrics = evaluate_file(tmp_path / "emb.npz", tmp_path / "metrics.json", [1, 2])
     assert metrics["batches_seen"] == 6.0
     width, dim = run["training"]["backbone"]["width"], run["training"]["embedding_dim"]
-    convs = [(3, width), (width, width), (width, width), (width, 2 * width), (2 * width, 2 * width),
-             (2 * width, 4 * width), (4 * width, 4 * width), (4 * width, 8 * width), (8 * width, 8 * width)]
+    convs = [
+        (3, width),
+        (width, width),
+        (width, width),
+        (width, 2 * width),
+        (2 * width, 2 * width),
+        (2 * width, 4 * width),
+        (4 * width, 4 * width),
+        (4 * width, 8 * width),
+        (8 * width, 8 * width),
+    ]
     by_hand = sum(9 * c_in * c_out + 2 * c_out for c_in, c_out in convs) + (8 * width + 1) * dim  # conv + BN + linear
     assert metrics["num_parameters"] == by_hand
     assert metrics["gflops"] > 0
@@ -165,8 +190,14 @@ def test_recipe_state_survives_an_interruption(params, tiny_manifest, tmp_path, 
     assert pd.read_csv(tmp_path / "out" / "log.csv")["epochs_seen"].tolist() == [1.0, 2.0, 3.0]
     summary = load_checkpoint(tmp_path / "out" / "checkpoint.pt")["summary"]
     assert summary["batches_seen"] == 6.0  # the recipe's summary, beside the trainer's init-parity numbers
-    assert set(summary) == {"batches_seen", "health/init_val_r1", "health/init_val_r1_linear_head",
-                           "health/init_val_r1_linear_head_lowest", "health/init_gap", "health/init_shortfall"}
+    assert set(summary) == {
+        "batches_seen",
+        "health/init_val_r1",
+        "health/init_val_r1_linear_head",
+        "health/init_val_r1_linear_head_lowest",
+        "health/init_gap",
+        "health/init_shortfall",
+    }
 
 
 def test_optimizer_puts_every_non_backbone_parameter_in_the_head_group(params):
@@ -222,12 +253,17 @@ def test_val_split_seed_seed_gives_one_class_split_per_run(params, tiny_manifest
     assert len({frozenset(c) for c in per_run}) > 1
 
 
-@pytest.mark.parametrize(("methods", "message"), [
-    ({"ens": {"ensemble_members": 2}}, "needs a 'base'"),
-    ({"ens": {"base": "margin", "ensemble_members": 2, "options": {}}}, r"may set only 'label'"),
-    ({"ens": {"base": "margin", "ensemble_members": 2}, "ens2": {"base": "ens", "ensemble_members": 2}},
-     "is itself an ensemble"),
-])
+@pytest.mark.parametrize(
+    ("methods", "message"),
+    [
+        ({"ens": {"ensemble_members": 2}}, "needs a 'base'"),
+        ({"ens": {"base": "margin", "ensemble_members": 2, "options": {}}}, r"may set only 'label'"),
+        (
+            {"ens": {"base": "margin", "ensemble_members": 2}, "ens2": {"base": "ens", "ensemble_members": 2}},
+            "is itself an ensemble",
+        ),
+    ],
+)
 def test_ensemble_methods_only_name_their_members(params, methods, message):
     with pytest.raises(ConfigError, match=message):
         validate_config(with_methods(params, **methods))
@@ -239,9 +275,21 @@ def test_ensemble_jobs_concatenate_member_runs(tmp_path):
 
     from conftest import REPO
 
-    out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall",
-                          "results/runs/synthetic/mpn_ens2/seed1/metrics.json"],
-                         cwd=REPO, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-p",
+            "--forceall",
+            "results/runs/synthetic/mpn_ens2/seed1/metrics.json",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     command = next(line for line in out.splitlines() if "dmlbench ensemble" in line)
     members = [f"results/runs/synthetic/mpn/seed{s}/embeddings.npz" for s in (2, 3)]
     assert all(m in command for m in members)

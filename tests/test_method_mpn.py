@@ -56,8 +56,18 @@ def test_attention_weights_by_hand_on_four_nodes():
     assert attention(h)[2].tolist() == pytest.approx((alpha[2] @ h).tolist())
 
 
-def _hand_step(h: np.ndarray, wq: np.ndarray, wk: np.ndarray, wv: np.ndarray, heads: int, scale: float,
-               w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray) -> np.ndarray:
+def _hand_step(
+    h: np.ndarray,
+    wq: np.ndarray,
+    wk: np.ndarray,
+    wv: np.ndarray,
+    heads: int,
+    scale: float,
+    w1: np.ndarray,
+    b1: np.ndarray,
+    w2: np.ndarray,
+    b2: np.ndarray,
+) -> np.ndarray:
     """Eq. 3–6 with explicit loops: per head and receiver i, softmax over senders j; LayerNorm without affine."""
     n, d = h.shape
     hd = d // heads
@@ -92,10 +102,16 @@ def test_message_passing_step_matches_hand_computation_on_four_nodes(scale):
     h = torch.randn(4, 4)
     att = step.attention
     expected = _hand_step(
-        h.double().numpy(), as_numpy(att.query.weight), as_numpy(att.key.weight), as_numpy(att.value.weight),
-        heads=2, scale=math.sqrt(4 if scale == "embedding" else 2),
-        w1=as_numpy(step.feed_forward[0].weight), b1=as_numpy(step.feed_forward[0].bias),
-        w2=as_numpy(step.feed_forward[3].weight), b2=as_numpy(step.feed_forward[3].bias),
+        h.double().numpy(),
+        as_numpy(att.query.weight),
+        as_numpy(att.key.weight),
+        as_numpy(att.value.weight),
+        heads=2,
+        scale=math.sqrt(4 if scale == "embedding" else 2),
+        w1=as_numpy(step.feed_forward[0].weight),
+        b1=as_numpy(step.feed_forward[0].bias),
+        w2=as_numpy(step.feed_forward[3].weight),
+        b2=as_numpy(step.feed_forward[3].bias),
     )
     with torch.no_grad():
         got = step(h)
@@ -216,8 +232,10 @@ def test_health_checks_fail_on_uniform_attention_and_pass_on_a_healthy_one(param
     assert {c.key for c in checks} == {"health/same_class_attention_ratio", "health/attention_entropy_ratio"}
     uniform = {"health/same_class_attention_ratio": 1.0, "health/attention_entropy_ratio": 1.0}
     assert len(failed_checks(checks, uniform)) == 2
-    healthy = {"health/same_class_attention_ratio": MIN_SAME_CLASS_RATIO + 0.5,
-               "health/attention_entropy_ratio": MAX_ENTROPY_RATIO - 0.05}
+    healthy = {
+        "health/same_class_attention_ratio": MIN_SAME_CLASS_RATIO + 0.5,
+        "health/attention_entropy_ratio": MAX_ENTROPY_RATIO - 0.05,
+    }
     assert failed_checks(checks, healthy) == []
     ce_only = mpn_run(params)
     ce_only["method_config"]["loss"]["mpn_weight"] = 0.0
@@ -315,7 +333,7 @@ def test_nearest_neighbour_and_cluster_batches_refine_every_row_once():
     for batch in nn_plan:  # each anchor's chunk = the anchor and its 2 nearest neighbours
         for nodes, outputs in zip(batch.nodes, batch.outputs):
             for position in np.flatnonzero(outputs >= 0):
-                assert nodes[position + 1: position + 3].tolist() == _ranking()[nodes[position], :2].tolist()
+                assert nodes[position + 1 : position + 3].tolist() == _ranking()[nodes[position], :2].tolist()
     assert [b.nodes.shape for b in nn_plan] == [(3, 6), (1, 3)]  # 7 chunks of 3 → 3 batches of 2 + 1 of 1
     cluster_plan = cluster_batches(np.array([0, 0, 0, 1, 1, 1, 1]), chunk_size=2, chunks_per_batch=2, rng=rng)
     rows = np.concatenate([b.outputs.ravel() for b in cluster_plan])
@@ -384,8 +402,13 @@ def test_training_is_deterministic_and_mpn_test_embedding_differs(params, tiny_m
         assert torch.equal(a["model"][key], b["model"][key]), key
     assert torch.equal(a["loss"]["mpn_classifier.weight"], b["loss"]["mpn_classifier.weight"])
     header = (tmp_path / "a" / "log.csv").read_text().splitlines()[0].split(",")
-    health = ["health/same_class_attention", "health/same_class_attention_ratio",
-              "health/attention_entropy_ratio", "health/self_attention", "health/attention_score_std"]
+    health = [
+        "health/same_class_attention",
+        "health/same_class_attention_ratio",
+        "health/attention_entropy_ratio",
+        "health/self_attention",
+        "health/attention_score_std",
+    ]
     assert header[-7:] == ["mpn_ce", "aux_ce", *health]
     assert set(health) <= set(a["summary"]) and all(math.isfinite(a["summary"][key]) for key in health)
     refined = np.load(embed_run(tmp_path / "a" / "checkpoint.pt", tiny_manifest, tmp_path / "mpn.npz"))
@@ -401,8 +424,9 @@ def test_training_is_deterministic_and_mpn_test_embedding_differs(params, tiny_m
 
 @pytest.mark.parametrize("construction", ["nearest_neighbours", "kmeans"])
 def test_other_test_time_constructions_embed_every_image(params, construction):
-    recipe = build_recipe(mpn_run(params, test_embedding="mpn", test_batches=construction,
-                                  kmeans_images_per_cluster=3.0))
+    recipe = build_recipe(
+        mpn_run(params, test_embedding="mpn", test_batches=construction, kmeans_images_per_cluster=3.0)
+    )
     points = np.random.default_rng(2).normal(size=(20, 8)).astype(np.float32)
     rows = np.concatenate([b.outputs[b.outputs >= 0] for b in recipe.test_batches(points)])
     assert sorted(rows.tolist()) == list(range(20))
@@ -423,17 +447,26 @@ def test_paper_overlay_gives_mpn_the_authors_settings_per_dataset():
     for dataset, (lr, decay, temperature, steps, heads, p, k) in PAPER_MPN.items():
         run = resolve_run(config, dataset, "mpn", 0)
         training, method = run["training"], run["method_config"]
-        assert (training["optimizer"]["name"], training["optimizer"]["lr"], training["optimizer"]["weight_decay"]) \
-            == ("radam", lr, decay), dataset
+        assert (training["optimizer"]["name"], training["optimizer"]["lr"], training["optimizer"]["weight_decay"]) == (
+            "radam",
+            lr,
+            decay,
+        ), dataset
         assert (training["sampler"]["classes_per_batch"], training["sampler"]["images_per_class"]) == (p, k), dataset
         assert (training["embedding_dim"], training["epochs"]) == (512, 70), dataset
-        assert (method["loss"]["temperature"], method["options"]["steps"], method["options"]["heads"]) \
-            == (temperature, steps, heads), dataset
+        assert (method["loss"]["temperature"], method["options"]["steps"], method["options"]["heads"]) == (
+            temperature,
+            steps,
+            heads,
+        ), dataset
         build_recipe(run)  # the options and the loss parse
     # an ablation's own options win over the base's per-dataset ones; its other settings follow the dataset
     ablation = resolve_method(config, "mpn_l1_h1", "cars196")
-    assert (ablation["options"]["steps"], ablation["options"]["heads"], ablation["loss"]["temperature"]) \
-        == (1, 1, PAPER_MPN["cars196"][2])
+    assert (ablation["options"]["steps"], ablation["options"]["heads"], ablation["loss"]["temperature"]) == (
+        1,
+        1,
+        PAPER_MPN["cars196"][2],
+    )
 
 
 def test_every_mpn_entry_decays_decoupled_at_the_authors_scale_with_scaled_nodes():
@@ -444,8 +477,11 @@ def test_every_mpn_entry_decays_decoupled_at_the_authors_scale_with_scaled_nodes
     for method in (m for m in entries if "ensemble_members" not in config["methods"][m]):
         run = resolve_run(config, "synthetic", method, 0)
         optimizer = run["training"]["optimizer"]
-        assert (optimizer["name"], optimizer["weight_decay"], optimizer["decoupled_weight_decay"]) \
-            == ("radam", 6e-6, True), method
+        assert (optimizer["name"], optimizer["weight_decay"], optimizer["decoupled_weight_decay"]) == (
+            "radam",
+            6e-6,
+            True,
+        ), method
         assert build_recipe(run).options.node_scale == "sqrt_dim", method
     paper = load_config([REPO / "params.yaml", REPO / "workflow" / "overlays" / "paper.yaml"])
     for dataset in PAPER_MPN:
@@ -458,10 +494,18 @@ def test_every_mpn_entry_decays_decoupled_at_the_authors_scale_with_scaled_nodes
 # --- ensembles ----------------------------------------------------------------------------
 def test_ensemble_concatenates_l2_normalised_members(tmp_path: Path):
     labels = np.array([0, 0, 1])
-    a = {"embeddings": np.array([[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]], dtype=np.float32), "labels": labels,
-         "stat_names": np.array(["num_parameters", "R_demo"]), "stat_values": np.array([10.0, 0.2])}
-    b = {"embeddings": np.array([[0.0, 0.0, 5.0], [2.0, 0.0, 0.0], [1.0, 1.0, 0.0]], dtype=np.float32),
-         "labels": labels, "stat_names": np.array(["num_parameters", "R_demo"]), "stat_values": np.array([30.0, 0.4])}
+    a = {
+        "embeddings": np.array([[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]], dtype=np.float32),
+        "labels": labels,
+        "stat_names": np.array(["num_parameters", "R_demo"]),
+        "stat_values": np.array([10.0, 0.2]),
+    }
+    b = {
+        "embeddings": np.array([[0.0, 0.0, 5.0], [2.0, 0.0, 0.0], [1.0, 1.0, 0.0]], dtype=np.float32),
+        "labels": labels,
+        "stat_names": np.array(["num_parameters", "R_demo"]),
+        "stat_values": np.array([30.0, 0.4]),
+    }
     result = concatenate_members([a, b])
     np.testing.assert_allclose(result["embeddings"][0], [0.6, 0.8, 0.0, 0.0, 1.0])
     np.testing.assert_allclose(np.linalg.norm(result["embeddings"], axis=1), math.sqrt(2), rtol=1e-6)

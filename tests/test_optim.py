@@ -32,8 +32,9 @@ def steps_with_zero_loss_gradient(config: dict, steps: int) -> float:
 @pytest.mark.parametrize("name", ["adam", "radam"])
 def test_decoupled_weight_decay_shrinks_the_weights_by_lr_times_decay(name):
     """w ← w (1 − lr·λ) per step, whatever the (here zero) gradient: after 10 steps (1 − 0.05)^10."""
-    assert steps_with_zero_loss_gradient({"name": name, "decoupled_weight_decay": True}, 10) \
-        == pytest.approx((1 - LR * DECAY) ** 10, rel=1e-6)
+    assert steps_with_zero_loss_gradient({"name": name, "decoupled_weight_decay": True}, 10) == pytest.approx(
+        (1 - LR * DECAY) ** 10, rel=1e-6
+    )
 
 
 def test_coupled_weight_decay_goes_through_the_adaptive_step():
@@ -51,8 +52,9 @@ def test_adam_with_decoupled_decay_is_adamw():
     adamw = steps_with_zero_loss_gradient({"name": "adamw"}, 3)
     assert adamw == pytest.approx((1 - LR * DECAY) ** 3, rel=1e-6)
     assert steps_with_zero_loss_gradient({"name": "adamw", "decoupled_weight_decay": True}, 3) == adamw
-    assert steps_with_zero_loss_gradient({"name": "adam", "decoupled_weight_decay": True}, 3) \
-        == pytest.approx(adamw, rel=1e-6)
+    assert steps_with_zero_loss_gradient({"name": "adam", "decoupled_weight_decay": True}, 3) == pytest.approx(
+        adamw, rel=1e-6
+    )
 
 
 @pytest.mark.parametrize("name, decoupled, message", [("adamw", False, "use adam"), ("sgd", True, "only has coupled")])

@@ -13,6 +13,7 @@ from conftest import REPO
 
 from dmlbench.config import resolve_run
 
+
 @pytest.mark.parametrize("overlay", ["cub_lite", "paper"])
 def test_every_table1_model_builds_and_embeds_on_the_overlay_backbone(overlay: str):
     """Random initial weights (no file needed) and 96 px input; a cut point that names a stage the
@@ -28,8 +29,11 @@ def test_every_table1_model_builds_and_embeds_on_the_overlay_backbone(overlay: s
             embeddings = model(images)
         slices = getattr(model, "learner_slices", None) or [(0, embeddings.shape[1])]
         # reference rows embed the pooled backbone features themselves (C dimensions, no head)
-        dim = (model.backbone.out_channels["pool"] if run["method_config"]["recipe"] == "reference"
-               else run["training"]["embedding_dim"])
+        dim = (
+            model.backbone.out_channels["pool"]
+            if run["method_config"]["recipe"] == "reference"
+            else run["training"]["embedding_dim"]
+        )
         assert embeddings.shape[0] == 2 and slices[-1][1] == embeddings.shape[1] <= dim
         for start, stop in slices:
             norms = embeddings[:, start:stop].norm(dim=1)
@@ -40,8 +44,12 @@ def test_every_claim_model_builds_under_cub_claims():
     """The claims on real CUB train their methods (skipped claims included: ``claims.skip: []`` runs
     them) on EfficientNet-Lite0: a variant whose cut points name small_cnn's stages (e.g. DIABLO's
     post-attention ablation, ``stage3``/``stage4``) must be given Lite0's stages by the overlay."""
-    config = load_config([REPO / "params.yaml", *(REPO / "workflow" / "overlays" / f"{name}.yaml"
-                                                  for name in ("cub_lite", "cub_claims"))])
+    config = load_config(
+        [
+            REPO / "params.yaml",
+            *(REPO / "workflow" / "overlays" / f"{name}.yaml" for name in ("cub_lite", "cub_claims")),
+        ]
+    )
     dataset = config["claims"]["dataset"]
     for method in claim_methods(config):
         run = resolve_run(config, dataset, method, 0)
@@ -53,9 +61,19 @@ def test_every_claim_model_builds_under_cub_claims():
 #: params.yaml wins over an overlay's shared ``training``, so an entry written for the embedded default
 #: (e.g. mpn's BatchNorm trained at one rate) would silently change the protocol for that method alone.
 SHARED_PROTOCOL = [
-    ("epochs",), ("embedding_dim",), ("image",), ("sampler",), ("schedule",), ("val_fraction",),
-    ("backbone", "name"), ("backbone", "pretrained"), ("backbone", "freeze_bn"), ("backbone", "frozen_through"),
-    ("backbone", "pooling"), ("optimizer", "lr"), ("optimizer", "head_lr_multiplier"),
+    ("epochs",),
+    ("embedding_dim",),
+    ("image",),
+    ("sampler",),
+    ("schedule",),
+    ("val_fraction",),
+    ("backbone", "name"),
+    ("backbone", "pretrained"),
+    ("backbone", "freeze_bn"),
+    ("backbone", "frozen_through"),
+    ("backbone", "pooling"),
+    ("optimizer", "lr"),
+    ("optimizer", "head_lr_multiplier"),
 ]
 
 
@@ -73,14 +91,20 @@ def test_cub_lite_trains_every_table1_method_under_the_same_protocol():
             value, expected = training, reference
             for key in path:
                 value, expected = value.get(key), expected.get(key)
-            assert value == expected, f"cub_lite: {method}'s training.{'.'.join(path)} = {value!r}, margin's {expected!r}"
+            assert value == expected, (
+                f"cub_lite: {method}'s training.{'.'.join(path)} = {value!r}, margin's {expected!r}"
+            )
 
 
 def test_the_test_selected_overlay_logs_test_recall_and_still_selects_on_validation():
     """``test_selected.yaml`` adds the papers' test-selected R@1 next to table1's columns; the runs it
     changes keep the clean protocol's checkpoint (``selection: val``)."""
-    config = load_config([REPO / "params.yaml", *(REPO / "workflow" / "overlays" / f"{name}.yaml"
-                                                  for name in ("cub_lite", "test_selected"))])
+    config = load_config(
+        [
+            REPO / "params.yaml",
+            *(REPO / "workflow" / "overlays" / f"{name}.yaml" for name in ("cub_lite", "test_selected")),
+        ]
+    )
     assert "test_selected/R@1" in config["tables"]["table1"]["metrics"]
     for method in config["tables"]["table1"]["methods"]:
         training = resolve_run(config, "cub200", method, 0)["training"]

@@ -103,8 +103,9 @@ CHILD = textwrap.dedent("""
 def test_two_processes_get_different_devices(tmp_path):
     release = tmp_path / "release"
     outs = [tmp_path / f"device{i}.txt" for i in range(2)]
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "locks"), str(out), str(release)])
-                for out in outs]
+    children = [
+        subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "locks"), str(out), str(release)]) for out in outs
+    ]
     try:
         deadline = time.monotonic() + 60
         while not all(out.exists() for out in outs) and time.monotonic() < deadline:
@@ -127,6 +128,7 @@ def test_training_and_embedding_each_claim_their_device(params, tiny_manifest, t
         def claim(name: str):
             claims.append((step, name))
             yield "cpu"
+
         return claim
 
     monkeypatch.setattr(trainer_module, "claim_device", recording_claim("train"))

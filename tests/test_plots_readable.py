@@ -36,8 +36,16 @@ def write_run(root: Path, dataset: str, method: str, seed: int, ranks: np.ndarra
     (path / "metrics.json").write_text(json.dumps({**metrics, "NMI": 0.5 + 0.01 * seed, "num_queries": len(ranks)}))
     np.savez(path / "per_query.npz", row=np.arange(len(ranks)), first_hit_rank=ranks)
     epoch = np.arange(1, epochs + 1)
-    pd.DataFrame({"epoch": epoch, "loss": 1.0 / epoch + 0.01 * seed, "val_R@1": 0.2 + 0.01 * epoch + 0.002 * seed,
-                  "lr": 0.1, "seconds": 1.0, "images_per_s": 10.0}).to_csv(path / "log.csv", index=False)
+    pd.DataFrame(
+        {
+            "epoch": epoch,
+            "loss": 1.0 / epoch + 0.01 * seed,
+            "val_R@1": 0.2 + 0.01 * epoch + 0.002 * seed,
+            "lr": 0.1,
+            "seconds": 1.0,
+            "images_per_s": 10.0,
+        }
+    ).to_csv(path / "log.csv", index=False)
     return RunDir(dataset, method, seed, path)
 
 
@@ -75,8 +83,10 @@ def errorbars(ax, method: str) -> tuple[np.ndarray, np.ndarray]:
         data_line, _, (bars, *_) = container.lines
         if data_line.get_gid() == method:
             segments = bars.get_segments()
-            return (np.asarray(data_line.get_ydata(), dtype=float),
-                    np.array([(top[1] - bottom[1]) / 2 for bottom, top in segments]))
+            return (
+                np.asarray(data_line.get_ydata(), dtype=float),
+                np.array([(top[1] - bottom[1]) / 2 for bottom, top in segments]),
+            )
     raise AssertionError(f"no error bars of {method}")
 
 
@@ -90,16 +100,23 @@ def legend_entries_outside(fig) -> list[str]:
     box = fig.bbox
 
     def inside(extent) -> bool:
-        return (extent.x0 >= box.x0 - 0.5 and extent.y0 >= box.y0 - 0.5
-                and extent.x1 <= box.x1 + 0.5 and extent.y1 <= box.y1 + 0.5)
+        return (
+            extent.x0 >= box.x0 - 0.5
+            and extent.y0 >= box.y0 - 0.5
+            and extent.x1 <= box.x1 + 0.5
+            and extent.y1 <= box.y1 + 0.5
+        )
 
     outside = []
     for legend in fig.legends:
         handle_boxes = legend.findobj(DrawingArea)  # one per entry: the box its marker and line are drawn in
         assert len(handle_boxes) == len(legend.get_texts())
-        parts = [*((text.get_text(), text) for text in legend.get_texts()),
-                 *((f"handle {i}", area) for i, area in enumerate(handle_boxes)),
-                 ("title", legend.get_title()), ("legend", legend)]
+        parts = [
+            *((text.get_text(), text) for text in legend.get_texts()),
+            *((f"handle {i}", area) for i, area in enumerate(handle_boxes)),
+            ("title", legend.get_title()),
+            ("legend", legend),
+        ]
         outside += [name for name, part in parts if not inside(part.get_window_extent(renderer))]
     return outside
 
@@ -132,8 +149,7 @@ def test_a_methods_style_does_not_depend_on_the_other_names(params):
     project = Styles.from_config(params)
     table1 = table_spec(params, "table1")
     for methods in (["deml"], ["margin", "deml", "untrained"], ["untrained", "deml", "margin"], table1.methods):
-        spec = TableSpec(["synthetic"], methods, {"synthetic": ["R@1"]},
-                         method_styles={m: project[m] for m in methods})
+        spec = TableSpec(["synthetic"], methods, {"synthetic": ["R@1"]}, method_styles={m: project[m] for m in methods})
         for method in methods:
             assert spec.styles()[method] == project[method] == table1.styles()[method]
     assert table_spec(params, "dnc_table1").styles()["margin"] == table1.styles()["margin"]
@@ -142,23 +158,44 @@ def test_a_methods_style_does_not_depend_on_the_other_names(params):
 def test_one_style_per_method_in_both_plots_of_a_table_and_in_a_figure(params, tmp_path, monkeypatch, drawn):
     rng = np.random.default_rng(0)
     methods = ["untrained", "contrastive", "margin", "deml"]
-    runs = [write_run(tmp_path / "results" / "runs", "synthetic", m, s, ranks_for(0.05 if m == "untrained" else 0.3, rng))
-            for m in methods for s in (0, 1)]
+    runs = [
+        write_run(tmp_path / "results" / "runs", "synthetic", m, s, ranks_for(0.05 if m == "untrained" else 0.3, rng))
+        for m in methods
+        for s in (0, 1)
+    ]
     spec = table_spec(params, "table1")
     plot_recall_at_k(summarise(collect_runs(runs), runs, spec), spec, tmp_path / "recall.png")
     plot_training_curves(load_logs([r for r in runs if r.method != "untrained"]), tmp_path / "curves.png", spec)
     monkeypatch.chdir(tmp_path)
-    params = {**params, "seeds": [0, 1], "figures": {"curves": {
-        "kind": "training_curves", "dataset": "synthetic", "methods": ["deml", "margin"], "columns": ["val_R@1"]}}}
+    params = {
+        **params,
+        "seeds": [0, 1],
+        "figures": {
+            "curves": {
+                "kind": "training_curves",
+                "dataset": "synthetic",
+                "methods": ["deml", "margin"],
+                "columns": ["val_R@1"],
+            }
+        },
+    }
     render_figure(params, "curves", tmp_path / "figure.png")
     recall, curves, figure = (data_lines(drawn[name]) for name in ("recall.png", "curves.png", "figure.png"))
     project = Styles.from_config(params)
     for method in methods:
-        looks = [(to_hex(line.get_color()), line.get_marker(), line.get_linestyle())
-                 for lines in (recall, curves, figure) if method in lines for line in [lines[method]]]
+        looks = [
+            (to_hex(line.get_color()), line.get_marker(), line.get_linestyle())
+            for lines in (recall, curves, figure)
+            if method in lines
+            for line in [lines[method]]
+        ]
         expected = project[method]
         assert looks and set(looks) == {(expected.color, expected.marker, expected.linestyle)}
-    assert set(recall) == set(methods) and set(curves) == set(methods) - {"untrained"} and set(figure) == {"deml", "margin"}
+    assert (
+        set(recall) == set(methods)
+        and set(curves) == set(methods) - {"untrained"}
+        and set(figure) == {"deml", "margin"}
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the legends
@@ -167,14 +204,21 @@ def test_one_style_per_method_in_both_plots_of_a_table_and_in_a_figure(params, t
 def test_every_legend_entry_lies_inside_the_saved_figure(params, tmp_path, monkeypatch, drawn):
     rng = np.random.default_rng(1)
     spec = table_spec(params, "table1")  # 14 methods with long labels
-    runs = [write_run(tmp_path / "results" / "runs", "synthetic", m, s, ranks_for(0.05 if m == "untrained" else 0.3, rng))
-            for m in spec.methods for s in (0, 1)]
+    runs = [
+        write_run(tmp_path / "results" / "runs", "synthetic", m, s, ranks_for(0.05 if m == "untrained" else 0.3, rng))
+        for m in spec.methods
+        for s in (0, 1)
+    ]
     plot_recall_at_k(summarise(collect_runs(runs), runs, spec), spec, tmp_path / "recall.png")
     trained = [r for r in runs if r.method not in spec.references]
     plot_training_curves(load_logs(trained), tmp_path / "curves.png", spec)
     monkeypatch.chdir(tmp_path)
-    figure = {"kind": "training_curves", "dataset": "synthetic", "columns": ["val_R@1"],
-              "methods": [m for m in spec.methods if m not in spec.references]}
+    figure = {
+        "kind": "training_curves",
+        "dataset": "synthetic",
+        "columns": ["val_R@1"],
+        "methods": [m for m in spec.methods if m not in spec.references],
+    }
     render_figure({**params, "seeds": [0, 1], "figures": {"curves": figure}}, "curves", tmp_path / "figure.png")
     for name in ("recall.png", "curves.png", "figure.png"):
         fig = drawn[name]
@@ -190,8 +234,12 @@ def test_error_bars_are_the_tables_confidence_intervals(tmp_path, drawn):
     # a: a hit in seed 0 and a miss in seed 1 (one query each) at K = 1 and 2, hits in both at K = 4 and 8: the
     # bootstrap draws the seeds (a, a), (a, b), (b, a) or (b, b), a mean of 1, 0.5 or 0, so the 95 % interval
     # is [0, 1]: 50 ± 50 points; at K = 4 every draw is 1: 100 ± 0. b: misses at K = 1 in both seeds, hits at 2.
-    runs = [write_run(tmp_path, "synthetic", "a", 0, np.array([1])), write_run(tmp_path, "synthetic", "a", 1, np.array([3])),
-            write_run(tmp_path, "synthetic", "b", 0, np.array([2])), write_run(tmp_path, "synthetic", "b", 1, np.array([2]))]
+    runs = [
+        write_run(tmp_path, "synthetic", "a", 0, np.array([1])),
+        write_run(tmp_path, "synthetic", "a", 1, np.array([3])),
+        write_run(tmp_path, "synthetic", "b", 0, np.array([2])),
+        write_run(tmp_path, "synthetic", "b", 1, np.array([2])),
+    ]
     spec = TableSpec(["synthetic"], ["a", "b"], {"synthetic": ["R@1", "R@2", "R@4", "R@8"]})
     cells = summarise(collect_runs(runs), runs, spec)
     plot_recall_at_k(cells, spec, tmp_path / "recall.png")
@@ -203,8 +251,9 @@ def test_error_bars_are_the_tables_confidence_intervals(tmp_path, drawn):
     shown = cells.set_index(["method", "metric"])
     assert cell_text(cells[(cells["method"] == "a") & (cells["metric"] == "R@1")].iloc[0]) == "50.0 ± 50.0"  # printed
     for method in ("a", "b"):
-        table = [100 * (shown.loc[(method, f"R@{k}"), "ci_high"] - shown.loc[(method, f"R@{k}"), "ci_low"]) / 2
-                 for k in KS]
+        table = [
+            100 * (shown.loc[(method, f"R@{k}"), "ci_high"] - shown.loc[(method, f"R@{k}"), "ci_low"]) / 2 for k in KS
+        ]
         assert errorbars(ax, method)[1] == pytest.approx(table, abs=1e-9)
 
 
@@ -230,16 +279,22 @@ def test_metric_vs_param_bars_are_the_tables_confidence_intervals(params, tmp_pa
     ranks = {("margin", 0): [1], ("margin", 1): [3], ("contrastive", 0): [2], ("contrastive", 1): [2]}
     runs = [write_run(root, "synthetic", m, s, np.array(r)) for (m, s), r in ranks.items()]
     monkeypatch.chdir(tmp_path)
-    figure = {"kind": "metric_vs_param", "dataset": "synthetic", "metric": metric, "x_label": "x",
-              "series": {"line": {"contrastive": 2.0, "margin": 1.0}}}
+    figure = {
+        "kind": "metric_vs_param",
+        "dataset": "synthetic",
+        "metric": metric,
+        "x_label": "x",
+        "series": {"line": {"contrastive": 2.0, "margin": 1.0}},
+    }
     render_figure({**params, "seeds": [0, 1], "figures": {"f": figure}}, "f", tmp_path / "f.png")
     fig = drawn["f.png"]
     means, halves = errorbars(fig.axes[0], "line")  # in x order: margin, contrastive
     spec = TableSpec(["synthetic"], ["margin", "contrastive"], {"synthetic": [metric]})
     table = summarise(collect_runs(runs), runs, spec).set_index("method")
     assert means == pytest.approx([100 * table.loc[m, "mean"] for m in ("margin", "contrastive")], abs=1e-9)
-    assert halves == pytest.approx([100 * (table.loc[m, "ci_high"] - table.loc[m, "ci_low"]) / 2
-                                    for m in ("margin", "contrastive")], abs=1e-9)
+    assert halves == pytest.approx(
+        [100 * (table.loc[m, "ci_high"] - table.loc[m, "ci_low"]) / 2 for m in ("margin", "contrastive")], abs=1e-9
+    )
     assert halves.tolist() == pytest.approx([50.0, 0.0] if metric == "R@1" else [0.5, 0.5], abs=1e-9)
     assert fig.legends[0].get_title().get_text() == metric_vs_param.LEGEND_TITLE  # says what the bars are
 
@@ -250,10 +305,18 @@ def test_metric_vs_param_bars_are_the_tables_confidence_intervals(params, tmp_pa
 def test_reference_rows_do_not_stretch_the_axis_of_the_trained_methods(tmp_path, drawn):
     rng = np.random.default_rng(2)
     r1 = {"untrained": 0.03, "frozen": 0.31, "a": 0.30, "b": 0.34, "c": 0.38}
-    runs = [write_run(tmp_path, "synthetic", m, s, ranks_for(v, rng, 200, 0.02 if m == "untrained" else 0.3))
-            for m, v in r1.items() for s in (0, 1)]
-    spec = TableSpec(["synthetic"], list(r1), {"synthetic": [f"R@{k}" for k in KS]},
-                     method_labels={"untrained": "Untrained network"}, references=["untrained", "frozen"])
+    runs = [
+        write_run(tmp_path, "synthetic", m, s, ranks_for(v, rng, 200, 0.02 if m == "untrained" else 0.3))
+        for m, v in r1.items()
+        for s in (0, 1)
+    ]
+    spec = TableSpec(
+        ["synthetic"],
+        list(r1),
+        {"synthetic": [f"R@{k}" for k in KS]},
+        method_labels={"untrained": "Untrained network"},
+        references=["untrained", "frozen"],
+    )
     cells = summarise(collect_runs(runs), runs, spec).set_index(["method", "metric"])
     plot_recall_at_k(cells.reset_index(), spec, tmp_path / "recall.png")
     fig = drawn["recall.png"]

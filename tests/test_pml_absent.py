@@ -24,7 +24,7 @@ def without_pml(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_loss_catalog_works_without_pml(params: dict, without_pml: None) -> None:
     lines = catalog(params, "losses")
-    assert list(lines)[:len(LOSS_NAMES)] == list(LOSS_NAMES)
+    assert list(lines)[: len(LOSS_NAMES)] == list(LOSS_NAMES)
     assert lines["pml:<LossClass>"].startswith("pytorch-metric-learning is not installed: pip install -e .")
     assert "pml:<MinerClass>" not in lines
 
@@ -34,8 +34,10 @@ def test_the_loss_catalog_lists_pml_classes_when_installed(params: dict) -> None
 
 
 def test_a_pml_loss_without_pml_names_the_loss_and_the_fix(without_pml: None) -> None:
-    expected = (r"^loss\.name = 'pml:MultiSimilarityLoss': a pytorch-metric-learning loss needs the package "
-                r"pytorch_metric_learning, which is not installed: pip install -e \.")
+    expected = (
+        r"^loss\.name = 'pml:MultiSimilarityLoss': a pytorch-metric-learning loss needs the package "
+        r"pytorch_metric_learning, which is not installed: pip install -e \."
+    )
     with pytest.raises(ValueError, match=expected):
         build_loss(PML_LOSS, num_classes=4, embedding_dim=8)
 
@@ -43,8 +45,11 @@ def test_a_pml_loss_without_pml_names_the_loss_and_the_fix(without_pml: None) ->
 def test_a_config_naming_a_pml_loss_without_pml_names_the_method(params: dict, without_pml: None) -> None:
     """The planning check (Snakemake runs it before any job) builds every planned loss."""
     params["methods"]["ms_pml"] = {"label": "MS (PML)", "recipe": "baseline", "loss": PML_LOSS}
-    with pytest.raises(ConfigError, match=r"methods\.ms_pml on \w+: loss\.name = 'pml:MultiSimilarityLoss': .* not "
-                                          r"installed: pip install -e \."):
+    with pytest.raises(
+        ConfigError,
+        match=r"methods\.ms_pml on \w+: loss\.name = 'pml:MultiSimilarityLoss': .* not "
+        r"installed: pip install -e \.",
+    ):
         check_planned_methods(params)
 
 

@@ -96,8 +96,11 @@ def test_missing_stage_weights_name_the_file_and_the_command(in_tmp):
 
 
 def test_backbone_state_keeps_only_the_body():
-    state = {"backbone.body.stem.0.weight": torch.ones(1), "backbone.normalize.mean": torch.ones(3),
-             "head.linear.weight": torch.ones(1)}
+    state = {
+        "backbone.body.stem.0.weight": torch.ones(1),
+        "backbone.normalize.mean": torch.ones(3),
+        "head.linear.weight": torch.ones(1),
+    }
     assert list(backbone_state(state)) == ["stem.0.weight"]
     with pytest.raises(ValueError, match="backbone.body"):
         backbone_state({"head.linear.weight": torch.ones(1)})

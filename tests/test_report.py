@@ -305,7 +305,8 @@ def test_caption_states_a_setting_most_rows_share_once() -> None:
 def test_caption_states_non_deterministic_kernels_only_when_used() -> None:
     assert "deterministic" not in caption_text(SETTINGS)
     assert "GPU kernels were not deterministic (training.deterministic: false): a rerun may differ" in caption_text(
-        {**SETTINGS, "deterministic": False})
+        {**SETTINGS, "deterministic": False}
+    )
     merged = merge_settings({"Triplet": SETTINGS, "MPN": {**SETTINGS, "deterministic": False}})
     assert "not deterministic (training.deterministic: false) for MPN: a rerun of those" in caption_text(merged)
 
@@ -473,8 +474,14 @@ def test_build_report_writes_table_and_plots(tmp_path: Path, two_by_two: list[Ru
     )
     tex = (out / "table1.tex").read_text()
     assert "Clean protocol" in tex and "paper:" not in tex
-    assert sorted(p.name for p in out.iterdir()) == ["curves.png", "recall.png", "table1.csv", "table1.html",
-                                                     "table1.md", "table1.tex"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "curves.png",
+        "recall.png",
+        "table1.csv",
+        "table1.html",
+        "table1.md",
+        "table1.tex",
+    ]
 
 
 def test_build_report_rejects_seeds_that_contradict_the_caption(tmp_path: Path, two_by_two: list[RunDir]) -> None:
@@ -508,9 +515,16 @@ def test_a_run_whose_mechanism_did_not_engage_marks_every_cell_of_its_method(tmp
     check = HealthCheck("health/entropy_ratio", maximum=0.95, meaning="attention stays uniform")
     spec = spec_for(["synthetic"], ["a", "b"], ["R@1", "R@2"])
     out = tmp_path / "out"
-    dead = build_report(runs, spec, SETTINGS, table_path=out / "t.tex", curves_png=out / "c.png",
-                        recall_png=out / "r.png", label="t",
-                        health_checks={("synthetic", "a"): [check], ("synthetic", "b"): [check]}).dead
+    dead = build_report(
+        runs,
+        spec,
+        SETTINGS,
+        table_path=out / "t.tex",
+        curves_png=out / "c.png",
+        recall_png=out / "r.png",
+        label="t",
+        health_checks={("synthetic", "a"): [check], ("synthetic", "b"): [check]},
+    ).dead
     tex = (out / "t.tex").read_text()
     assert dead == {("synthetic", "a"): ["seed 1: health/entropy_ratio <= 0.95 (got 0.999): attention stays uniform"]}
     assert all(cell.endswith("\\textsuperscript{\\dag}") for cell in table_row(tex, "a"))
@@ -544,5 +558,6 @@ def test_every_trained_method_is_checked_for_init_parity_and_a_reference_row_is_
     assert [c.key for c in trained] == ["health/init_shortfall"]
     assert failed_checks(trained, {"health/init_shortfall": -0.01}) == []
     assert failed_checks(trained, {"health/init_shortfall": 0.025})[0].startswith(
-        "health/init_shortfall <= 0.02 (got 0.025)")
+        "health/init_shortfall <= 0.02 (got 0.025)"
+    )
     assert all(c.key != "health/init_shortfall" for c in health_checks(params, "synthetic", "untrained", 0))

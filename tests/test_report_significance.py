@@ -92,8 +92,11 @@ def test_bold_marks_the_best_and_rows_not_significantly_worse(tmp_path: Path) ->
     """100 queries, one seed: 'close' misses one of best's 60 hits (p ≈ (1 − 1/100)^100 ≈ 0.37: bold),
     'worse' hits 30 of them (p ≈ 0: not bold). NMI of one seed has no interval: only the best is bold."""
     best = [1] * 60 + [2] * 40
-    runs = [make_run(tmp_path, "best", 0, best, 0.5), make_run(tmp_path, "close", 0, [2] + best[1:], 0.5),
-            make_run(tmp_path, "worse", 0, [1] * 30 + [2] * 70, 0.4)]
+    runs = [
+        make_run(tmp_path, "best", 0, best, 0.5),
+        make_run(tmp_path, "close", 0, [2] + best[1:], 0.5),
+        make_run(tmp_path, "worse", 0, [1] * 30 + [2] * 70, 0.4),
+    ]
     cells = summarise(collect_runs(runs), runs, SPEC).set_index(["metric", "method"])
     assert cells.loc[("R@1", "best"), "mean"] == pytest.approx(0.60)
     assert cells.loc[("R@1", "close"), "p_worse"] == pytest.approx(0.37, abs=0.06)
@@ -120,26 +123,42 @@ def test_per_query_results_that_disagree_with_metrics_are_an_error(tmp_path: Pat
 
 
 def test_caption_states_interval_test_alpha_and_seeds() -> None:
-    settings = {"protocol": "clean", "backbone": "small_cnn", "pretrained": False, "embedding_dim": 64,
-                "image_size": (64, 64), "epochs": 3, "seeds": [0, 1, 2], "datasets": ["Synthetic"],
-                "deterministic": True}
+    settings = {
+        "protocol": "clean",
+        "backbone": "small_cnn",
+        "pretrained": False,
+        "embedding_dim": 64,
+        "image_size": (64, 64),
+        "epochs": 3,
+        "seeds": [0, 1, 2],
+        "datasets": ["Synthetic"],
+        "deterministic": True,
+    }
     text = caption_text(settings)
-    for fragment in ("95 \\% confidence interval (percentile bootstrap, 1000 replicates",
-                     "3 seeds resampled, then test queries within each seed", "NMI and other per-run numbers: seeds",
-                     "one-sided paired bootstrap test", "matched by seed index", "$\\alpha$ = 0.05",
-                     "3 seeds (0, 1, 2)"):
+    for fragment in (
+        "95 \\% confidence interval (percentile bootstrap, 1000 replicates",
+        "3 seeds resampled, then test queries within each seed",
+        "NMI and other per-run numbers: seeds",
+        "one-sided paired bootstrap test",
+        "matched by seed index",
+        "$\\alpha$ = 0.05",
+        "3 seeds (0, 1, 2)",
+    ):
         assert fragment in text
     assert "1 seed, so over test queries only" in caption_text({**settings, "seeds": [4]})
 
 
 # ------------------------------------------------------------------ CSV, Markdown, text
 
-HAND_CELLS = pd.DataFrame([
-    ["syn", "Synthetic", "a", "A", "R@1", 0.61, 0.60, 0.62, 2, 50, math.nan, True, False],
-    ["syn", "Synthetic", "b", "B", "R@1", 0.52, 0.50, 0.55, 2, 50, 0.001, False, True],
-    ["syn", "Synthetic", "a", "A", "NMI", 0.70, 0.69, 0.71, 2, 0, math.nan, True, False],
-    ["syn", "Synthetic", "b", "B", "NMI", math.nan, math.nan, math.nan, 0, 0, math.nan, False, True],
-], columns=CELL_COLUMNS)
+HAND_CELLS = pd.DataFrame(
+    [
+        ["syn", "Synthetic", "a", "A", "R@1", 0.61, 0.60, 0.62, 2, 50, math.nan, True, False],
+        ["syn", "Synthetic", "b", "B", "R@1", 0.52, 0.50, 0.55, 2, 50, 0.001, False, True],
+        ["syn", "Synthetic", "a", "A", "NMI", 0.70, 0.69, 0.71, 2, 0, math.nan, True, False],
+        ["syn", "Synthetic", "b", "B", "NMI", math.nan, math.nan, math.nan, 0, 0, math.nan, False, True],
+    ],
+    columns=CELL_COLUMNS,
+)
 
 
 def test_markdown_of_a_hand_built_table() -> None:

@@ -31,8 +31,31 @@ from dmlbench.schema import schema
 #: hostile names: shell substitution and separators, path climbing, regex metacharacters, a newline
 #: (which Python's ``$`` lets through), unicode look-alikes (Cyrillic а, fullwidth ｘ), case, empty.
 HOSTILE = [
-    "x$(touch PWNED)", "x`touch PWNED`", "a;touch PWNED", "a && b", "a|b", "a b", "a'b", 'a"b', "$HOME",
-    "..", "../x", "a/b", "/etc", "a\n", "a\nb", "tаble1", "ｘ", ".*", "a(", "[a]", "a+", "A", "-rf", "", "a\x00b",
+    "x$(touch PWNED)",
+    "x`touch PWNED`",
+    "a;touch PWNED",
+    "a && b",
+    "a|b",
+    "a b",
+    "a'b",
+    'a"b',
+    "$HOME",
+    "..",
+    "../x",
+    "a/b",
+    "/etc",
+    "a\n",
+    "a\nb",
+    "tаble1",
+    "ｘ",
+    ".*",
+    "a(",
+    "[a]",
+    "a+",
+    "A",
+    "-rf",
+    "",
+    "a\x00b",
 ]
 #: a target per wildcard of the workflow, ``{}`` where the hostile name goes, with a name the tiny
 #: overlay below defines for the positive control.
@@ -61,9 +84,12 @@ def workflow(tmp_path_factory: pytest.TempPathFactory):
     overlay = tmp_path_factory.mktemp("overlay") / "download.yaml"
     overlay.write_text(yaml.safe_dump(DOWNLOAD_OVERLAY))
     with contextlib.redirect_stdout(io.StringIO()), SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-        workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1),
-                                    config_settings=ConfigSettings(configfiles=[overlay]),
-                                    snakefile=REPO / "Snakefile", workdir=REPO)
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[overlay]),
+            snakefile=REPO / "Snakefile",
+            workdir=REPO,
+        )
         yield workflow_api.dag(DAGSettings(targets=set())).workflow_api._workflow
 
 
@@ -75,8 +101,13 @@ def test_the_issues_example_runs_nothing(tmp_path: Path):
     """`snakemake 'data/raw/cub200/x$(touch PWNED)'` ran the command substitution; now no rule matches."""
     for name in ("Snakefile", "workflow", "params.yaml"):
         (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, tmp_path / name)
-    out = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "data/raw/cub200/x$(touch PWNED)"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "data/raw/cub200/x$(touch PWNED)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert not (tmp_path / "PWNED").exists()
     assert out.returncode != 0 and "MissingRuleException" in out.stdout + out.stderr
 
@@ -99,7 +130,8 @@ def test_every_word_built_from_a_wildcard_or_a_path_is_quoted(workflow):
     """`{wildcards.x}`, `{input}`, `{output}`, `{log}` in every rule's command carry `:q` (shlex.quote)."""
     unquoted = {
         rule.name: words
-        for rule in workflow.rules if rule.shellcmd
+        for rule in workflow.rules
+        if rule.shellcmd
         for words in [re.findall(r"\{((?:wildcards|input|output|log)\b[^}:]*)\}", rule.shellcmd)]
         if words
     }
@@ -141,13 +173,20 @@ def test_the_pattern_is_the_schemas_and_rejects_a_trailing_newline():
     assert is_name("table1") and not any(is_name(name) for name in HOSTILE)
 
 
-@pytest.mark.parametrize("argv", [
-    ["report", "{}"], ["summary", "{}"], ["figure", "{}"], ["prepare", "{}"], ["download", "{}"],
-    ["train", "--dataset", "{}", "--method", "triplet", "--seed", "0"],
-    ["train", "--dataset", "synthetic", "--method", "{}", "--seed", "0"],
-    ["pretrain", "--dataset", "{}"],
-    ["evaluate", "e.npz", "--out", "m.json", "--dataset", "{}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "{}"],
+        ["summary", "{}"],
+        ["figure", "{}"],
+        ["prepare", "{}"],
+        ["download", "{}"],
+        ["train", "--dataset", "{}", "--method", "triplet", "--seed", "0"],
+        ["train", "--dataset", "synthetic", "--method", "{}", "--seed", "0"],
+        ["pretrain", "--dataset", "{}"],
+        ["evaluate", "e.npz", "--out", "m.json", "--dataset", "{}"],
+    ],
+)
 def test_command_line_names_are_checked_before_anything_runs(tmp_path: Path, capsys, monkeypatch, argv: list[str]):
     monkeypatch.chdir(tmp_path)
     for name in [name for name in HOSTILE if not name.startswith("-")]:  # "-rf" is an option to argparse

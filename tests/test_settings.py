@@ -68,7 +68,8 @@ def test_the_drift_check_sees_a_changed_default():
     del properties["log_test_recall"]["default"]
     assert _drift(TrainingSettings, properties, "training") == [
         "training.optimizer.momentum: dataclass default 0.9, schema 0.5",
-        "training.log_test_recall: default stated only in the dataclass"]
+        "training.log_test_recall: default stated only in the dataclass",
+    ]
 
 
 def test_every_run_of_the_parameters_parses(params):
@@ -97,18 +98,34 @@ def test_the_backbone_passes_its_other_keys_to_the_builder(params):
     assert backbone.section == {**section, "pretrained": None, "frozen_through": None}
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t["optimizer"].update(lrr=0.1),
-     r"^training\.optimizer\.lrr is not a setting \(did you mean 'lr'\?\); known: name, lr, weight_decay, "),
-    (lambda t: t.update(embeding_dim=8), r"^training\.embeding_dim is not a setting \(did you mean 'embedding_dim'"),
-    (lambda t: t.pop("embedding_dim"), r"^training\.embedding_dim is not set and has no default: set it"),
-    (lambda t: t.update(embedding_dim="64"), r"^training\.embedding_dim = '64' does not have the expected type int$"),
-    (lambda t: t["backbone"].update(freeze_bn="yes"),
-     r"^training\.backbone\.freeze_bn = 'yes' does not have the expected type bool$"),
-    (lambda t: t.update(selection="best"), r"^training\.selection = 'best' does not have the expected type "
-                                           r"typing\.Literal\['val', 'test', 'last'\]$"),
-    (lambda t: t.update(sampler=4), r"^training\.sampler = 4 is not a mapping of settings"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda t: t["optimizer"].update(lrr=0.1),
+            r"^training\.optimizer\.lrr is not a setting \(did you mean 'lr'\?\); known: name, lr, weight_decay, ",
+        ),
+        (
+            lambda t: t.update(embeding_dim=8),
+            r"^training\.embeding_dim is not a setting \(did you mean 'embedding_dim'",
+        ),
+        (lambda t: t.pop("embedding_dim"), r"^training\.embedding_dim is not set and has no default: set it"),
+        (
+            lambda t: t.update(embedding_dim="64"),
+            r"^training\.embedding_dim = '64' does not have the expected type int$",
+        ),
+        (
+            lambda t: t["backbone"].update(freeze_bn="yes"),
+            r"^training\.backbone\.freeze_bn = 'yes' does not have the expected type bool$",
+        ),
+        (
+            lambda t: t.update(selection="best"),
+            r"^training\.selection = 'best' does not have the expected type "
+            r"typing\.Literal\['val', 'test', 'last'\]$",
+        ),
+        (lambda t: t.update(sampler=4), r"^training\.sampler = 4 is not a mapping of settings"),
+    ],
+)
 def test_a_bad_key_is_named_with_its_path(params, change, message):
     training = copy.deepcopy(params["training"])
     change(training)
@@ -143,8 +160,14 @@ def test_the_trainer_changes_its_batches_per_epoch_for_its_recipe_too(params, ti
     from dmlbench.training.trainer import Trainer
 
     run = tiny_run(params)
-    trainer = Trainer(run, load_run_data(run, tiny_manifest), tmp_path / "out", tmp_path / "scratch",
-                      torch.device("cpu"), progress=False)
+    trainer = Trainer(
+        run,
+        load_run_data(run, tiny_manifest),
+        tmp_path / "out",
+        tmp_path / "scratch",
+        torch.device("cpu"),
+        progress=False,
+    )
     labels = np.repeat(np.arange(6), 6)
     assert len(trainer.recipe.build_sampler(labels, torch.Generator().manual_seed(0))) == 2
     trainer.set_batches_per_epoch(5)

@@ -46,14 +46,32 @@ def settings(tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.
     monkeypatch.chdir(REPO)
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(OVERLAY)
-    return shown(capsys, ["show", "run", "--dataset", "synthetic", "--method", "dnc_nosplit", "--seed", "1",
-                          "--config", "params.yaml", "--config", str(overlay),
-                          "--config", "training.optimizer.lr=0.5"]) | {"overlay": ("", str(overlay))}
+    return shown(
+        capsys,
+        [
+            "show",
+            "run",
+            "--dataset",
+            "synthetic",
+            "--method",
+            "dnc_nosplit",
+            "--seed",
+            "1",
+            "--config",
+            "params.yaml",
+            "--config",
+            str(overlay),
+            "--config",
+            "training.optimizer.lr=0.5",
+        ],
+    ) | {"overlay": ("", str(overlay))}
 
 
 def test_a_key_of_params_yaml_names_its_line(settings: dict):
     assert settings["training.embedding_dim"] == (
-        "64", f"params.yaml:{line_of(REPO / 'params.yaml', r'^  embedding_dim:')}  training.embedding_dim")
+        "64",
+        f"params.yaml:{line_of(REPO / 'params.yaml', r'^  embedding_dim:')}  training.embedding_dim",
+    )
 
 
 def test_an_overlay_wins_and_is_named(settings: dict):
@@ -69,12 +87,16 @@ def test_a_setting_inherited_through_base_names_the_base_entry(settings: dict):
     lines = dnc.read_text().splitlines()
     grouping = next(i for i in range(line_of(dnc, r"^  dnc_nosplit:"), len(lines)) if "grouping:" in lines[i]) + 1
     assert settings["method_config.options.grouping"] == (
-        "kmeans_no_split", f"workflow/experiments/dnc.yaml:{grouping}  methods.dnc_nosplit.options.grouping")
+        "kmeans_no_split",
+        f"workflow/experiments/dnc.yaml:{grouping}  methods.dnc_nosplit.options.grouping",
+    )
 
 
 def test_a_per_dataset_setting_of_a_base_names_it(settings: dict):
     assert settings["method_config.options.warmup_epochs"] == (
-        "2", f"{settings['overlay'][1]}:7  methods.dnc.per_dataset.synthetic.options.warmup_epochs")
+        "2",
+        f"{settings['overlay'][1]}:7  methods.dnc.per_dataset.synthetic.options.warmup_epochs",
+    )
 
 
 def test_a_default_in_code_names_the_line_of_the_field(settings: dict):
@@ -111,16 +133,32 @@ def test_every_setting_of_every_run_has_a_source_on_a_line_that_names_its_key(mo
                 assert re.search(rf"\b{re.escape(setting.path[-1])}\b", text), (dataset, method, setting)
 
 
-def test_show_run_of_cub_lite_mpn_names_a_file_for_every_setting(capsys: pytest.CaptureFixture,
-                                                                   monkeypatch: pytest.MonkeyPatch):
+def test_show_run_of_cub_lite_mpn_names_a_file_for_every_setting(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.chdir(REPO)
-    rows = shown(capsys, ["show", "run", "--dataset", "cub200", "--method", "mpn", "--config", "params.yaml",
-                          "--config", "workflow/overlays/cub_lite.yaml"])
+    rows = shown(
+        capsys,
+        [
+            "show",
+            "run",
+            "--dataset",
+            "cub200",
+            "--method",
+            "mpn",
+            "--config",
+            "params.yaml",
+            "--config",
+            "workflow/overlays/cub_lite.yaml",
+        ],
+    )
     assert rows["training.optimizer.lr"][1].startswith("workflow/overlays/cub_lite.yaml:")
     assert rows["training.optimizer.lr"][1].endswith("  methods.mpn.training.optimizer.lr")
     assert rows["seed"] == ("0", f"the first of params.yaml:{line_of(REPO / 'params.yaml', r'^seeds:')}  seeds")
-    sources = re.compile(r"(params\.yaml|workflow/\S+\.yaml):\d+  \S+|default in code: src/dmlbench/\S+\.py:\d+ .*"
-                         r"|the run's --(dataset|method)|the first of .*")
+    sources = re.compile(
+        r"(params\.yaml|workflow/\S+\.yaml):\d+  \S+|default in code: src/dmlbench/\S+\.py:\d+ .*"
+        r"|the run's --(dataset|method)|the first of .*"
+    )
     assert all(sources.fullmatch(comment) for _, comment in rows.values()), rows
 
 
@@ -134,15 +172,21 @@ def test_show_method_prints_the_base_chain(capsys: pytest.CaptureFixture, monkey
     assert any(line.startswith("loss.name = margin ") and "methods.margin.loss.name" in line for line in lines)
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["show", "run", "--dataset", "synthetic", "--method", "tripplet"],
-     "'methods.tripplet' is not defined (did you mean 'triplet'?)"),
-    (["show", "run", "--dataset", "synthetc", "--method", "triplet"], "(did you mean 'synthetic'?)"),
-    (["show", "method", "dnc_nosplt"], "'methods.dnc_nosplt' is not defined (did you mean 'dnc_nosplit'?)"),
-    (["show", "run", "--dataset", "synthetic", "--method", "triplet", "--config", "=3"], "KEY=VALUE"),
-])
-def test_an_unknown_name_gets_a_suggestion(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
-                                           argv: list[str], message: str):
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["show", "run", "--dataset", "synthetic", "--method", "tripplet"],
+            "'methods.tripplet' is not defined (did you mean 'triplet'?)",
+        ),
+        (["show", "run", "--dataset", "synthetc", "--method", "triplet"], "(did you mean 'synthetic'?)"),
+        (["show", "method", "dnc_nosplt"], "'methods.dnc_nosplt' is not defined (did you mean 'dnc_nosplit'?)"),
+        (["show", "run", "--dataset", "synthetic", "--method", "triplet", "--config", "=3"], "KEY=VALUE"),
+    ],
+)
+def test_an_unknown_name_gets_a_suggestion(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str
+):
     monkeypatch.chdir(REPO)
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -156,20 +200,53 @@ def test_run_yaml_is_written_before_training_starts(tmp_path: Path, monkeypatch:
 
     manifest = write_tiny_dataset(tmp_path / "tiny", num_classes=12)
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump({"training": {
-        "epochs": 1, "val_fraction": 0.34, "device": "cpu", "embedding_dim": 8, "eval_batch_size": 16,
-        "backbone": {"width": 4, "pretrained": None, "freeze_bn": False},
-        "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
-        "sampler": {"classes_per_batch": 3, "images_per_class": 3, "batches_per_epoch": 2}}}))
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "training": {
+                    "epochs": 1,
+                    "val_fraction": 0.34,
+                    "device": "cpu",
+                    "embedding_dim": 8,
+                    "eval_batch_size": 16,
+                    "backbone": {"width": 4, "pretrained": None, "freeze_bn": False},
+                    "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
+                    "sampler": {"classes_per_batch": 3, "images_per_class": 3, "batches_per_epoch": 2},
+                }
+            }
+        )
+    )
 
     def stop(self, *args, **kwargs):
         raise RuntimeError("stopped in the first step")
 
     monkeypatch.setattr(Trainer, "fit", stop)
     out = tmp_path / "run"
-    assert main(["train", "--dataset", "synthetic", "--method", "triplet", "--seed", "2", "--manifest", str(manifest),
-                 "--out", str(out), "--scratch-dir", str(tmp_path / "scratch"), "--no-progress",
-                 "--config", PARAMS, "--config", str(overlay)]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                "synthetic",
+                "--method",
+                "triplet",
+                "--seed",
+                "2",
+                "--manifest",
+                str(manifest),
+                "--out",
+                str(out),
+                "--scratch-dir",
+                str(tmp_path / "scratch"),
+                "--no-progress",
+                "--config",
+                PARAMS,
+                "--config",
+                str(overlay),
+            ]
+        )
+        == 2
+    )
     text = (tmp_path / "scratch" / "run.yaml").read_text()
     assert yaml.safe_load(text) == resolve_run(load_config([PARAMS, overlay]), "synthetic", "triplet", 2)
     assert "dmlbench show run --dataset synthetic --method triplet --seed 2" in text

@@ -20,8 +20,13 @@ PROFILE = REPO / "workflow" / "profiles" / "slurm"
 #: table1 (train, embed, evaluate, report, prepare), its equal-budget twin (tune, train_tuned), MPN's Table 8
 #: (reembed) and Table 4 (ensemble), and the paper overlay's pretraining stage (pretrain), which its tables do not
 #: use (their backbones are ImageNet's)
-TARGETS = ["results/tables/table1.tex", "results/tables/table1_tuned.tex", "results/tables/mpn_table8.tex",
-           "results/tables/mpn_table4.tex", "data/pretrained/synthetic/resnet50.pt"]
+TARGETS = [
+    "results/tables/table1.tex",
+    "results/tables/table1_tuned.tex",
+    "results/tables/mpn_table8.tex",
+    "results/tables/mpn_table4.tex",
+    "data/pretrained/synthetic/resnet50.pt",
+]
 GPU_RULES = {"train", "train_tuned", "tune", "pretrain", "embed", "reembed"}
 CPU_RULES = {"prepare", "evaluate", "ensemble", "report"}
 _RULE = re.compile(r"^(?:local)?rule (\w+):$")
@@ -50,9 +55,25 @@ def profile() -> dict:
 def planned() -> list[dict]:
     # A dry run caps threads at --cores (1 when not given); a SLURM run does not, so lift the cap to see them.
     out = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--profile", str(PROFILE.relative_to(REPO)),
-         "--configfile", "workflow/overlays/paper.yaml", "-n", "--forceall", "--cores", "64", *TARGETS],
-        cwd=REPO, capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--profile",
+            str(PROFILE.relative_to(REPO)),
+            "--configfile",
+            "workflow/overlays/paper.yaml",
+            "-n",
+            "--forceall",
+            "--cores",
+            "64",
+            *TARGETS,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     jobs = parse_jobs(out.stdout + out.stderr)
     assert {job["rule"] for job in jobs} == GPU_RULES | CPU_RULES
@@ -101,8 +122,14 @@ def test_the_plugin_turns_the_planned_resources_into_sbatch_options(planned, pro
     def sbatch(rule: str) -> str:
         job = next(j for j in planned if j["rule"] == rule)
         fake = type("Job", (), {"threads": job["threads"], "resources": Resources(job["resources"])})()
-        params = {"run_uuid": "uuid", "slurm_logfile": "slurm.log", "comment_str": f"rule_{rule}",
-                  "account": "", "partition": "", "workdir": str(REPO)}
+        params = {
+            "run_uuid": "uuid",
+            "slurm_logfile": "slurm.log",
+            "comment_str": f"rule_{rule}",
+            "account": "",
+            "partition": "",
+            "workdir": str(REPO),
+        }
         return get_submit_command(fake, params) + set_gres_string(fake)
 
     for rule in ("train", "embed", "evaluate", "report"):

@@ -28,8 +28,10 @@ NO_GPU_DRIVER = not any(os.path.exists(path) for path in GPU_DRIVER_FILES)
 
 def imported_after(code: str, cwd: Path = REPO) -> dict:
     """Run ``code`` in a fresh interpreter; the HEAVY modules it imported and what it stored in ``out``."""
-    script = f"import json, sys\nout = None\n{code}\nprint(json.dumps({{'heavy': [m for m in {HEAVY!r} " \
-             "if m in sys.modules], 'out': out}))"
+    script = (
+        f"import json, sys\nout = None\n{code}\nprint(json.dumps({{'heavy': [m for m in {HEAVY!r} "
+        "if m in sys.modules], 'out': out}))"
+    )
     done = subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -42,15 +44,16 @@ def test_loading_and_validating_the_parameters_imports_no_heavy_library():
 
 
 def test_list_methods_imports_no_heavy_library():
-    result = imported_after(f"from dmlbench.cli import main\nout = main(['list', 'methods', '--config', "
-                            f"{str(REPO / 'params.yaml')!r}])")
+    result = imported_after(
+        f"from dmlbench.cli import main\nout = main(['list', 'methods', '--config', {str(REPO / 'params.yaml')!r}])"
+    )
     assert result == {"heavy": [], "out": 0}
 
 
 @pytest.mark.skipif(not NO_GPU_DRIVER, reason="with a GPU driver, evaluate asks torch whether CUDA is there")
 def test_evaluate_on_a_cpu_imports_no_torch_and_threads_still_apply(tmp_path: Path):
     labels = np.repeat(np.arange(4), 3)
-    embeddings = (np.eye(4, dtype=np.float32)[labels] + 0.01 * np.arange(12, dtype=np.float32)[:, None])
+    embeddings = np.eye(4, dtype=np.float32)[labels] + 0.01 * np.arange(12, dtype=np.float32)[:, None]
     np.savez(tmp_path / "embeddings.npz", embeddings=embeddings, labels=labels)
     result = imported_after(
         "from dmlbench.cli import main\n"

@@ -20,71 +20,115 @@ from dmlbench.sweeps import (
     value_token,
 )
 
-BASE = {"label": "A", "recipe": "abe", "loss": {"name": "contrastive", "margin": 1.0},
-        "options": {"learners": 8, "divergence_weight": 1.0}}
+BASE = {
+    "label": "A",
+    "recipe": "abe",
+    "loss": {"name": "contrastive", "margin": 1.0},
+    "options": {"learners": 8, "divergence_weight": 1.0},
+}
 
 
 def config_with(sweep: dict, **methods: dict) -> dict:
     """A minimal parameter mapping: method `a` (plus `methods`), the `training` defaults and one sweep `s`."""
-    return {"training": {"embedding_dim": 64}, "methods": {"a": copy.deepcopy(BASE), **methods},
-            "sweeps": {"s": sweep}}
+    return {"training": {"embedding_dim": 64}, "methods": {"a": copy.deepcopy(BASE), **methods}, "sweeps": {"s": sweep}}
 
 
-GRID = {"base": "a", "name": "a_m{m}_w{w}", "label": "A {m}/{w}",
-        "axes": {"m": {"key": "options.learners", "values": [2, 4]},
-                 "w": {"key": "options.divergence_weight", "values": [0.1, 3.0]}},
-        "skip": [{"m": 4, "w": 3.0}]}
+GRID = {
+    "base": "a",
+    "name": "a_m{m}_w{w}",
+    "label": "A {m}/{w}",
+    "axes": {
+        "m": {"key": "options.learners", "values": [2, 4]},
+        "w": {"key": "options.divergence_weight", "values": [0.1, 3.0]},
+    },
+    "skip": [{"m": 4, "w": 3.0}],
+}
 
 
 def test_a_grid_expands_into_entries_named_by_the_template_with_the_values_at_their_keys():
     methods = expand_sweeps(config_with(GRID))["methods"]
     assert list(methods) == ["a", "a_m2_w01", "a_m2_w3", "a_m4_w01"]  # first axis outermost, the skipped point gone
     assert methods["a_m2_w3"] == {"base": "a", "label": "A 2/3", "options": {"learners": 2, "divergence_weight": 3.0}}
-    assert methods["a_m4_w01"] == {"base": "a", "label": "A 4/0.1", "options": {"learners": 4, "divergence_weight": 0.1}}
+    assert methods["a_m4_w01"] == {
+        "base": "a",
+        "label": "A 4/0.1",
+        "options": {"learners": 4, "divergence_weight": 0.1},
+    }
 
 
 def test_value_tokens_and_default_names_and_labels():
-    assert [value_token(v) for v in (0.01, 0.3, 3.0, 1024, 1e-05, False)] == ["001", "03", "3", "1024", "1em05", "false"]
+    assert [value_token(v) for v in (0.01, 0.3, 3.0, 1024, 1e-05, False)] == [
+        "001",
+        "03",
+        "3",
+        "1024",
+        "1em05",
+        "false",
+    ]
     sweep = {"base": "a", "axes": {"m": {"key": "options.learners", "values": [2]}}}
-    assert expand_sweeps(config_with(sweep))["methods"]["s_m2"] == {"base": "a", "label": "A (m = 2)",
-                                                                    "options": {"learners": 2}}
+    assert expand_sweeps(config_with(sweep))["methods"]["s_m2"] == {
+        "base": "a",
+        "label": "A (m = 2)",
+        "options": {"learners": 2},
+    }
 
 
 def test_a_list_sweep_keeps_its_points_in_order_with_axis_labels_and_common_settings():
-    sweep = {"base": "a", "name": "h{m}", "label": "{m} ({t})", "set": {"options": {"divergence_weight": 0.0}},
-             "axes": {"m": {"key": "options.learners", "values": [4, 1], "label": ["4-heads", "1-head"]},
-                      "t": {"key": "training.embedding_dim", "values": [32, 64]}},
-             "points": [{"m": 1, "t": 64}, {"m": 4, "t": 32}]}
+    sweep = {
+        "base": "a",
+        "name": "h{m}",
+        "label": "{m} ({t})",
+        "set": {"options": {"divergence_weight": 0.0}},
+        "axes": {
+            "m": {"key": "options.learners", "values": [4, 1], "label": ["4-heads", "1-head"]},
+            "t": {"key": "training.embedding_dim", "values": [32, 64]},
+        },
+        "points": [{"m": 1, "t": 64}, {"m": 4, "t": 32}],
+    }
     methods = expand_sweeps(config_with(sweep))["methods"]
     assert list(methods) == ["a", "h1", "h4"]
-    assert methods["h1"] == {"base": "a", "label": "1-head (64)", "options": {"divergence_weight": 0.0, "learners": 1},
-                             "training": {"embedding_dim": 64}}
+    assert methods["h1"] == {
+        "base": "a",
+        "label": "1-head (64)",
+        "options": {"divergence_weight": 0.0, "learners": 1},
+        "training": {"embedding_dim": 64},
+    }
 
 
 def test_a_sweep_point_resolves_like_any_entry_and_is_tracked_by_its_sweeps_keys():
     config = expand_sweeps(config_with(GRID))
     assert method_chain(config, "a_m2_w01") == ["a_m2_w01", "a"]
     keys = sweep_keys(config, "a_m2_w01", exclude=["label"])
-    assert keys == ["sweeps.s.base", "sweeps.s.name", "sweeps.s.skip", "sweeps.s.axes.m.key", "sweeps.s.axes.m.values",
-                    "sweeps.s.axes.w.key", "sweeps.s.axes.w.values"]
+    assert keys == [
+        "sweeps.s.base",
+        "sweeps.s.name",
+        "sweeps.s.skip",
+        "sweeps.s.axes.m.key",
+        "sweeps.s.axes.m.values",
+        "sweeps.s.axes.w.key",
+        "sweeps.s.axes.w.values",
+    ]
     assert origin_keys(config, "methods", "a_m2_w01", ["label"]) == keys
     assert origin_keys(config, "methods", "a", ["label"]) == ["methods.a.recipe", "methods.a.loss", "methods.a.options"]
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"axes": {"m": {"key": "options.lerners", "values": [2]}}}, "sweeps.s.axes.m.key = 'options.lerners'"),
-    ({"axes": {"m": {"key": "recipe.x", "values": [2]}}}, "sweeps.s.axes.m.key"),
-    ({"name": "a_{k}"}, "names ['k'], which are not axes"),
-    ({"name": "A{m}"}, "is not a valid method name"),
-    ({"name": "a_{m}}"}, "braces only surround an axis name"),
-    ({"skip": [{"m": 2}, {"m": 4}]}, "removes every point"),
-    ({"skip": [{"m": 3}]}, "m = 3 is not one of axes.m.values"),
-    ({"skip": [{"q": 2}]}, "give one value of each axis"),
-    ({"points": [{"m": 2}], "skip": [{"m": 4}]}, "sweeps.s"),
-    ({"base": "b"}, "sweeps.s.base = 'b' is not defined"),
-    ({"axes": {"m": {"key": "options.learners", "values": [2, 4], "label": ["two"]}}}, "1 texts for 2 values"),
-    ({"axes": {"m": {"key": "options.learners", "values": []}}}, "sweeps.s.axes.m.values"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"axes": {"m": {"key": "options.lerners", "values": [2]}}}, "sweeps.s.axes.m.key = 'options.lerners'"),
+        ({"axes": {"m": {"key": "recipe.x", "values": [2]}}}, "sweeps.s.axes.m.key"),
+        ({"name": "a_{k}"}, "names ['k'], which are not axes"),
+        ({"name": "A{m}"}, "is not a valid method name"),
+        ({"name": "a_{m}}"}, "braces only surround an axis name"),
+        ({"skip": [{"m": 2}, {"m": 4}]}, "removes every point"),
+        ({"skip": [{"m": 3}]}, "m = 3 is not one of axes.m.values"),
+        ({"skip": [{"q": 2}]}, "give one value of each axis"),
+        ({"points": [{"m": 2}], "skip": [{"m": 4}]}, "sweeps.s"),
+        ({"base": "b"}, "sweeps.s.base = 'b' is not defined"),
+        ({"axes": {"m": {"key": "options.learners", "values": [2, 4], "label": ["two"]}}}, "1 texts for 2 values"),
+        ({"axes": {"m": {"key": "options.learners", "values": []}}}, "sweeps.s.axes.m.values"),
+    ],
+)
 def test_a_malformed_sweep_is_an_error_naming_the_key_and_the_sweep(change, message):
     sweep = {"base": "a", "name": "a_{m}", "axes": {"m": {"key": "options.learners", "values": [2, 4]}}, **change}
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
@@ -174,7 +218,10 @@ mpn_d1024: {base: mpn, label: MPN d = 1024, training: {embedding_dim: 1024}}
 """ + "".join(
     f"mpn_l{steps}_h{heads}: {{base: mpn, label: MPN {steps} step{'s' if steps > 1 else ''} x {heads} "
     f"head{'s' if heads > 1 else ''}, options: {{steps: {steps}, heads: {heads}}}}}\n"
-    for steps in (1, 2, 3, 4) for heads in (1, 2, 4, 8, 16) if (steps, heads) != (1, 2))
+    for steps in (1, 2, 3, 4)
+    for heads in (1, 2, 4, 8, 16)
+    if (steps, heads) != (1, 2)
+)
 
 
 @pytest.mark.parametrize("overlays", [[], ["workflow/overlays/paper.yaml"]])
@@ -200,7 +247,11 @@ def test_every_key_that_tracks_a_point_is_set_by_the_experiments_file_of_its_swe
         for key in sweep_keys(config, name):
             assert any(defines(data, key) for _, data in sources), key
     assert point_names("abe8_lambda", config["sweeps"]["abe8_lambda"]) == [
-        "abe8_lambda001", "abe8_lambda01", "abe8_lambda03", "abe8_lambda3"]
+        "abe8_lambda001",
+        "abe8_lambda01",
+        "abe8_lambda03",
+        "abe8_lambda3",
+    ]
 
 
 def test_a_dump_of_the_merged_parameters_reads_back_unchanged(tmp_path):

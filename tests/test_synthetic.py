@@ -30,8 +30,11 @@ TINY = {"num_classes": 8, "images_per_class": 3, "image_size": 32}
 
 def _digests(root: Path) -> dict[str, str]:
     """SHA-256 of every file under ``root``, keyed by relative path."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _attribute_columns(table: pd.DataFrame) -> list[str]:
@@ -41,8 +44,11 @@ def _attribute_columns(table: pd.DataFrame) -> list[str]:
 def _one_attribute_pairs(table: pd.DataFrame) -> list[tuple[int, int]]:
     """Label pairs whose attributes differ in exactly one column."""
     values = table[_attribute_columns(table)].to_numpy()
-    return [(int(table.label[i]), int(table.label[j])) for i, j in combinations(range(len(table)), 2)
-            if int((values[i] != values[j]).sum()) == 1]
+    return [
+        (int(table.label[i]), int(table.label[j]))
+        for i, j in combinations(range(len(table)), 2)
+        if int((values[i] != values[j]).sum()) == 1
+    ]
 
 
 def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path: Path) -> None:
@@ -111,11 +117,21 @@ def test_foreign_keys_are_ignored_and_unknown_keys_named() -> None:
         parse_config({"num_class": 10})
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("num_parts", 7), ("image_size", 16), ("num_classes", 7), ("images_per_class", 0),
-    ("scale_range", [1.2, 0.8]), ("scale_range", 1.0), ("seed", -1), ("num_distractors", True),
-    ("flip_prob", 1.5), ("rotation_deg", "25"),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("num_parts", 7),
+        ("image_size", 16),
+        ("num_classes", 7),
+        ("images_per_class", 0),
+        ("scale_range", [1.2, 0.8]),
+        ("scale_range", 1.0),
+        ("seed", -1),
+        ("num_distractors", True),
+        ("flip_prob", 1.5),
+        ("rotation_deg", "25"),
+    ],
+)
 def test_invalid_values_are_named(key: str, value: object) -> None:
     with pytest.raises(ValueError, match=key):
         parse_config({key: value})
@@ -160,8 +176,9 @@ def test_box_covers_the_rendered_object(seed: int) -> None:
     larger than their extent (the body lies between the parts). The box is the same for both."""
     params = RenderParams(image_size=64, num_distractors=0, noise_amplitude=0.0)
     a = render_image(tuple(Part(p, "circle", "red", "solid") for p in PART_NAMES), params, np.random.default_rng(seed))
-    b = render_image(tuple(Part(p, "circle", "blue", "checker") for p in PART_NAMES), params,
-                     np.random.default_rng(seed))
+    b = render_image(
+        tuple(Part(p, "circle", "blue", "checker") for p in PART_NAMES), params, np.random.default_rng(seed)
+    )
     rows, cols = np.nonzero(np.abs(a.image.astype(int) - b.image.astype(int)).sum(axis=2))
     x, y, w, h = a.box
     assert a.box == b.box and w > 0 and h > 0

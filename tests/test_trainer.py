@@ -107,8 +107,9 @@ def test_paper_protocol_selects_on_test(params, tiny_manifest, tmp_path):
     assert checkpoint["selected_epoch"] == int(log["epoch"][log["test_R@1"].idxmax()])
 
 
-def test_the_papers_test_selected_epoch_is_recorded_beside_the_validation_selected_checkpoint(params, tiny_manifest,
-                                                                                             tmp_path):
+def test_the_papers_test_selected_epoch_is_recorded_beside_the_validation_selected_checkpoint(
+    params, tiny_manifest, tmp_path
+):
     """``log_test_recall`` logs each epoch's test R@1; the run keeps its validation-selected weights and
     records the best test epoch (the papers' protocol) as ``test_selected/*``. The logged test R@1 of
     the selected epoch is what evaluating the kept embedding gives, so the two columns compare like
@@ -144,8 +145,9 @@ def test_nan_loss_stops_with_a_clear_message(params, tiny_manifest, tmp_path, mo
         train(tiny_run(params, "triplet"), tiny_manifest, tmp_path)
 
 
-def test_a_nan_loss_in_a_later_batch_is_named_at_the_epoch_end_and_nothing_is_saved(params, tiny_manifest, tmp_path,
-                                                                                    monkeypatch):
+def test_a_nan_loss_in_a_later_batch_is_named_at_the_epoch_end_and_nothing_is_saved(
+    params, tiny_manifest, tmp_path, monkeypatch
+):
     """The steps do not wait for the GPU to check each loss: the epoch ends, then the first bad batch is named."""
     from dmlbench.methods.base import Recipe
 
@@ -184,8 +186,14 @@ def test_a_training_step_never_reads_a_value_back_from_the_device(params, tiny_m
     for batches in (2, 6):
         run = tiny_run(params, "binomial")
         run["training"]["sampler"]["batches_per_epoch"] = batches
-        trainer = Trainer(run, load_run_data(run, tiny_manifest), tmp_path / f"o{batches}", tmp_path / f"s{batches}",
-                          torch.device("cpu"), progress=False)
+        trainer = Trainer(
+            run,
+            load_run_data(run, tiny_manifest),
+            tmp_path / f"o{batches}",
+            tmp_path / f"s{batches}",
+            torch.device("cpu"),
+            progress=False,
+        )
         reads.clear()
         trainer.train_epoch(1)
         counts[batches] = len(reads)
@@ -202,8 +210,14 @@ def test_the_decoded_pipeline_keeps_its_loader_workers_across_epochs(params, tin
     for pipeline in ("decoded_uint8", "pil"):
         run = tiny_run(params, "binomial")
         run["training"].update(pipeline=pipeline, num_workers=1)
-        trainer = Trainer(run, load_run_data(run, tiny_manifest), tmp_path / pipeline, tmp_path / f"s{pipeline}",
-                          torch.device("cpu"), progress=False)
+        trainer = Trainer(
+            run,
+            load_run_data(run, tiny_manifest),
+            tmp_path / pipeline,
+            tmp_path / f"s{pipeline}",
+            torch.device("cpu"),
+            progress=False,
+        )
         sampler = trainer.recipe.build_sampler(trainer.data.train.labels, torch.Generator().manual_seed(0))
         loaders[pipeline] = (trainer._epoch_loader(sampler, 1), trainer._epoch_loader(sampler, 2))
     first, second = loaders["decoded_uint8"]
@@ -232,8 +246,9 @@ def test_paper_protocol_on_a_query_gallery_dataset(params, tiny_manifest, tmp_pa
     assert log["test_R@1"].between(0, 1).all()
 
 
-def test_channels_last_lays_out_the_weights_and_trains_to_the_same_result_within_rounding(params, tiny_manifest,
-                                                                                        tmp_path):
+def test_channels_last_lays_out_the_weights_and_trains_to_the_same_result_within_rounding(
+    params, tiny_manifest, tmp_path
+):
     """training.channels_last changes the memory layout of the convolutions only: same initial values,
     the same trained weights up to float rounding, and the layout is what the model gets."""
     from dmlbench.training.trainer import place_model
@@ -306,7 +321,8 @@ def test_metrics_record_whether_training_was_deterministic(params, tiny_manifest
 
 
 def test_a_kernel_without_a_deterministic_implementation_is_logged_once_and_clears_the_deterministic_stat(
-        params, tiny_manifest, tmp_path, monkeypatch, capsys):
+    params, tiny_manifest, tmp_path, monkeypatch, capsys
+):
     """torch's determinism alerts (``warn_only``) reach the run log once, with the epoch, and the run's
     ``deterministic`` stat says it was not deterministic: emulated on the CPU by a recipe step that
     warns as a CUDA kernel does."""
@@ -331,13 +347,15 @@ def test_a_kernel_without_a_deterministic_implementation_is_logged_once_and_clea
     assert stats["deterministic"] == 0.0
 
 
-def test_init_parity_is_recorded_with_a_reference_that_depends_on_the_backbone_and_seed_only(params, tiny_manifest,
-                                                                                              tmp_path, capsys):
+def test_init_parity_is_recorded_with_a_reference_that_depends_on_the_backbone_and_seed_only(
+    params, tiny_manifest, tmp_path, capsys
+):
     summaries = {}
     for method in ("triplet", "contrastive"):
         out = tmp_path / method
-        train_run(tiny_run(params, method, epochs=1), tiny_manifest, out, tmp_path / f"scratch_{method}",
-                  progress=False)
+        train_run(
+            tiny_run(params, method, epochs=1), tiny_manifest, out, tmp_path / f"scratch_{method}", progress=False
+        )
         summaries[method] = load_checkpoint(out / "checkpoint.pt")["summary"]
     summary = summaries["triplet"]
     stored = load_embeddings_npz(embed_run(tmp_path / "triplet" / "checkpoint.pt", tiny_manifest, tmp_path / "e.npz"))
@@ -345,15 +363,17 @@ def test_init_parity_is_recorded_with_a_reference_that_depends_on_the_backbone_a
     assert {key: stats[key] for key in summary} == summary
     assert 0.0 < summary["health/init_val_r1"] <= 1.0
     assert summary["health/init_gap"] == summary["health/init_val_r1_linear_head"] - summary["health/init_val_r1"]
-    assert summary["health/init_shortfall"] == (summary["health/init_val_r1_linear_head_lowest"]
-                                                - summary["health/init_val_r1"])
+    assert summary["health/init_shortfall"] == (
+        summary["health/init_val_r1_linear_head_lowest"] - summary["health/init_val_r1"]
+    )
     assert summary["health/init_val_r1_linear_head_lowest"] <= summary["health/init_val_r1_linear_head"]
     assert summaries["contrastive"] == summary  # same backbone, same head draw, same reference draws
     assert "at init: val R@1" in capsys.readouterr().out
 
 
-def test_init_parity_measures_a_method_against_the_linear_head_on_the_same_backbone(params, tiny_manifest, tmp_path,
-                                                                                   monkeypatch):
+def test_init_parity_measures_a_method_against_the_linear_head_on_the_same_backbone(
+    params, tiny_manifest, tmp_path, monkeypatch
+):
     """A method whose test-time embedding at init is not the baseline's is measured as such: here a gate
     stuck shut in front of the embedding layer (every image embeds to the same point)."""
     from dmlbench.methods.base import Recipe

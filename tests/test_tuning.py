@@ -34,14 +34,31 @@ from dmlbench.tuning.study import (
     run_study,
 )
 
-TABLE1_TRAINED = ["contrastive", "triplet", "margin", "binomial", "proxy_nca", "norm_softmax", "abe8", "heads8", "mpn",
-                  "deml", "diablo", "dnc"]
+TABLE1_TRAINED = [
+    "contrastive",
+    "triplet",
+    "margin",
+    "binomial",
+    "proxy_nca",
+    "norm_softmax",
+    "abe8",
+    "heads8",
+    "mpn",
+    "deml",
+    "diablo",
+    "dnc",
+]
 
 #: a tune job shrunk to seconds: 1 epoch of 2 tiny batches, a width-4 CNN from random weights, 8-d embeddings.
 TINY_OVERLAY = {
-    "training": {"epochs": 1, "device": "cpu", "eval_batch_size": 16, "backbone": {"width": 4, "pretrained": None},
-                 "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
-                 "sampler": {"classes_per_batch": 3, "images_per_class": 3, "batches_per_epoch": 2}},
+    "training": {
+        "epochs": 1,
+        "device": "cpu",
+        "eval_batch_size": 16,
+        "backbone": {"width": 4, "pretrained": None},
+        "image": {"resize": 24, "test_crop": 20, "train_crop": 20},
+        "sampler": {"classes_per_batch": 3, "images_per_class": 3, "batches_per_epoch": 2},
+    },
     "tuning": {"trials": 2, "folds": 2, "startup_trials": 1, "embedding_dim": 8},
 }
 
@@ -72,17 +89,26 @@ def test_a_range_holds_values_of_its_own_type_within_its_bounds():
     lr = parse_range("training.optimizer.lr", {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}, "x")
     k = parse_range("options.num_clusters", {"type": "categorical", "choices": [2, 4]}, "x")
     n = parse_range("options.steps", {"type": "int", "low": 1, "high": 4}, "x")
-    assert [lr.contains(v) for v in (1e-4, 1e-2, 0.5, float("nan"), "0.001", True)] == [True, True, False, False, False,
-                                                                                          False]
+    assert [lr.contains(v) for v in (1e-4, 1e-2, 0.5, float("nan"), "0.001", True)] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
     assert [k.contains(v) for v in (2, 4, 3, 2.0, True)] == [True, True, False, False, False]
     assert [n.contains(v) for v in (1, 4, 5, 2.0)] == [True, True, False, False]
     assert lr.describe() == "[0.0001, 0.01] log" and k.describe() == "{2, 4}"
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ({"type": "float", "low": 0.5, "high": 0.5}, "low = 0.5 is not below high = 0.5"),
-    ({"type": "float", "low": 0.0, "high": 1.0, "log": True}, "log: true needs low > 0"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"type": "float", "low": 0.5, "high": 0.5}, "low = 0.5 is not below high = 0.5"),
+        ({"type": "float", "low": 0.0, "high": 1.0, "log": True}, "log: true needs low > 0"),
+    ],
+)
 def test_a_malformed_range_is_an_error_naming_its_key(spec, message):
     with pytest.raises(ConfigError, match=f"methods.m.tuning.space.loss.margin: {message}"):
         parse_range("loss.margin", spec, "methods.m.tuning.space.loss.margin")
@@ -91,9 +117,11 @@ def test_a_malformed_range_is_an_error_naming_its_key(spec, message):
 def test_tuned_values_must_fill_the_space_within_its_ranges():
     space = {"loss.margin": Range("loss.margin", "float", 0.1, 0.5)}
     check_values(space, {"loss.margin": 0.3}, "w")
-    for values, message in [({"loss.margin": 0.6}, r"loss.margin = 0.6 lies outside its search range \[0.1, 0.5\]"),
-                            ({}, r"missing: \['loss.margin'\]"),
-                            ({"loss.margin": 0.3, "loss.beta": 1.0}, r"outside it: \['loss.beta'\]")]:
+    for values, message in [
+        ({"loss.margin": 0.6}, r"loss.margin = 0.6 lies outside its search range \[0.1, 0.5\]"),
+        ({}, r"missing: \['loss.margin'\]"),
+        ({"loss.margin": 0.3, "loss.beta": 1.0}, r"outside it: \['loss.beta'\]"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             check_values(space, values, "w")
 
@@ -136,7 +164,7 @@ def test_folds_are_class_disjoint_cover_the_classes_and_are_seeded():
     folds = class_folds(classes, k=3, seed=0)
     assert sorted(np.concatenate(folds).tolist()) == classes.tolist()
     assert sorted(len(f) for f in folds) == [16, 17, 17]
-    assert all(not set(a) & set(b) for i, a in enumerate(folds) for b in folds[i + 1:])
+    assert all(not set(a) & set(b) for i, a in enumerate(folds) for b in folds[i + 1 :])
     assert [f.tolist() for f in class_folds(classes, 3, seed=0)] == [f.tolist() for f in folds]
     assert [f.tolist() for f in class_folds(classes, 3, seed=1)] != [f.tolist() for f in folds]
     with pytest.raises(ValueError, match="at least 8 training classes"):
@@ -160,8 +188,9 @@ def test_a_folds_run_trains_on_the_other_folds_and_is_scored_on_the_held_out_one
 # --- the study ------------------------------------------------------------------------------------------
 
 #: margin's own search space (params.yaml), 5 trials, the first 2 at random
-SETUP = dataclasses.replace(TuneSetup.from_config(load_config([REPO / "params.yaml"]), "synthetic", "margin"),
-                            trials=5, startup_trials=2)
+SETUP = dataclasses.replace(
+    TuneSetup.from_config(load_config([REPO / "params.yaml"]), "synthetic", "margin"), trials=5, startup_trials=2
+)
 
 
 def score(values: dict) -> TrialOutcome:
@@ -241,8 +270,15 @@ def test_a_tune_job_never_reads_the_test_split(tmp_path: Path, monkeypatch: pyte
 
     real_load = dataset_module.load_rgb
     monkeypatch.setattr(dataset_module, "load_rgb", lambda path: (opened.append(str(path)), real_load(path))[1])
-    result = tune(tiny_config(tmp_path), "synthetic", "margin", manifest, tmp_path / "out", tmp_path / "scratch",
-                  report=lambda line: None)
+    result = tune(
+        tiny_config(tmp_path),
+        "synthetic",
+        "margin",
+        manifest,
+        tmp_path / "out",
+        tmp_path / "scratch",
+        report=lambda line: None,
+    )
     assert result.completed == 2 and opened and not test_paths & set(opened)
     trials = pd.read_csv(result.trials)
     assert list(trials["state"]) == ["COMPLETE", "COMPLETE"] and trials[["fold0", "fold1"]].notna().all().all()
@@ -256,11 +292,27 @@ def test_a_method_no_tuned_table_tunes_is_refused(params, tmp_path: Path):
 
 def test_snakemake_plans_a_tune_job_for_every_trained_method_of_table1(tmp_path: Path):
     project = copy_workflow(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--cores", "1",
-                             "results/tables/table1_tuned.tex"], cwd=project, capture_output=True, text=True,
-                            timeout=300, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "-p",
+            "--forceall",
+            "--cores",
+            "1",
+            "results/tables/table1_tuned.tex",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    planned = re.findall(r"^rule tune:\n(?:    .*\n)*?    wildcards: dataset=synthetic, method=(\w+)$", result.stdout,
-                         flags=re.MULTILINE)
+    planned = re.findall(
+        r"^rule tune:\n(?:    .*\n)*?    wildcards: dataset=synthetic, method=(\w+)$", result.stdout, flags=re.MULTILINE
+    )
     assert sorted(planned) == sorted(TABLE1_TRAINED)
     assert "--config results/tuning/synthetic/margin/best.yaml" in result.stdout  # the tuned runs' overlay

@@ -80,9 +80,13 @@ def test_params_are_declared_under_the_file_that_sets_them(snakemake_jobs, dvc_s
     sources = {str(path.relative_to(REPO)): data for path, data in params_sources(REPO / "params.yaml")}
     declared = {pair for stage in dvc_stages.values() for pair in stage["param_files"]}
     assert all(defines(sources[file], key) for file, key in declared)
-    assert {("params.yaml", "methods.margin.loss"), ("workflow/experiments/dnc.yaml", "methods.dnc.options"),
-            ("workflow/experiments/mpn.yaml", "methods.mpn.options"), ("params.yaml", "tables.table1"),
-            ("workflow/experiments/abe.yaml", "tables.abe_table1")} <= declared
+    assert {
+        ("params.yaml", "methods.margin.loss"),
+        ("workflow/experiments/dnc.yaml", "methods.dnc.options"),
+        ("workflow/experiments/mpn.yaml", "methods.mpn.options"),
+        ("params.yaml", "tables.table1"),
+        ("workflow/experiments/abe.yaml", "tables.abe_table1"),
+    } <= declared
 
 
 def test_dvc_yaml_is_templated_one_foreach_stage_per_rule_and_template(snakemake_jobs):
@@ -106,6 +110,7 @@ def test_dependency_edges_agree(snakemake_jobs, dvc_stages):
 
 def test_stages_depend_only_on_the_code_they_import(snakemake_jobs, dvc_stages):
     """Editing report code reruns only report, figure and claims stages; evaluation does not depend on training."""
+
     def reads_report(deps: set[str]) -> bool:
         return any(dep == REPORT_CODE or dep.startswith(f"{REPORT_CODE}/") for dep in deps)
 
@@ -114,26 +119,40 @@ def test_stages_depend_only_on_the_code_they_import(snakemake_jobs, dvc_stages):
     code: dict[str, set[str]] = {}
     for job in snakemake_jobs:
         code.setdefault(job["rule"], set()).update(job["code"])
-    assert {"src/dmlbench/training/trainer.py", "src/dmlbench/models/embedder.py", "src/dmlbench/losses/registry.py",
-            "src/dmlbench/methods/base.py", "src/dmlbench/data/manifest.py"} <= code["train"]
+    assert {
+        "src/dmlbench/training/trainer.py",
+        "src/dmlbench/models/embedder.py",
+        "src/dmlbench/losses/registry.py",
+        "src/dmlbench/methods/base.py",
+        "src/dmlbench/data/manifest.py",
+    } <= code["train"]
     assert "src/dmlbench/evaluation/recall.py" in code["evaluate"] or "src/dmlbench/evaluation" in code["evaluate"]
-    assert not any(path.startswith(("src/dmlbench/training", "src/dmlbench/models", "src/dmlbench/data"))
-                   for path in code["evaluate"])
+    assert not any(
+        path.startswith(("src/dmlbench/training", "src/dmlbench/models", "src/dmlbench/data"))
+        for path in code["evaluate"]
+    )
     assert all((REPO / path).exists() for paths in code.values() for path in paths)
 
 
 def stage_code(snakemake_jobs: list[dict], rule: str, method: str) -> set[str]:
     """The code deps of ``rule``'s job for ``method`` on the synthetic dataset, seed 0."""
-    job = next(j for j in snakemake_jobs if j["rule"] == rule and j["outputs"][0].split("/")[3] == method
-               and j["outputs"][0].split("/")[4] == "seed0")
+    job = next(
+        j
+        for j in snakemake_jobs
+        if j["rule"] == rule and j["outputs"][0].split("/")[3] == method and j["outputs"][0].split("/")[4] == "seed0"
+    )
     return set(job["code"])
 
 
 def test_a_train_stage_depends_on_its_own_recipe_loss_and_backbone_modules_only(snakemake_jobs, dvc_stages):
     """Issue 31: editing methods/dnc.py reruns D&C's stages, not triplet's (and a loss edit, its methods' only)."""
     dnc, triplet = stage_code(snakemake_jobs, "train", "dnc"), stage_code(snakemake_jobs, "train", "triplet")
-    assert {"src/dmlbench/methods/dnc.py", "src/dmlbench/methods/dnc_clustering.py", "src/dmlbench/models/dnc.py",
-            "src/dmlbench/losses/margin.py"} <= dnc  # D&C (margin): its recipe, model and loss
+    assert {
+        "src/dmlbench/methods/dnc.py",
+        "src/dmlbench/methods/dnc_clustering.py",
+        "src/dmlbench/models/dnc.py",
+        "src/dmlbench/losses/margin.py",
+    } <= dnc  # D&C (margin): its recipe, model and loss
     assert "src/dmlbench/losses/triplet.py" in triplet
     assert not any("dnc" in path for path in triplet) and "src/dmlbench/losses/margin.py" not in triplet
     assert "src/dmlbench/losses/triplet.py" not in dnc
@@ -181,15 +200,21 @@ def test_templates_give_their_jobs_back():
     other = {"dataset": "synthetic", "method": "margin", "seed": "2"}
     literals = m.path_literals([[path], ["results/runs/synthetic/margin/seed2/log.csv"]], [wildcards, other])
     assert literals == {"dataset": {""}, "method": {""}, "seed": {"", "seed"}}
-    commands = m.aligned_templates(["train --seed 1 --threads 1 x/seed1", "train --seed 2 --threads 1 x/seed2"],
-                                   [wildcards, other])
+    commands = m.aligned_templates(
+        ["train --seed 1 --threads 1 x/seed1", "train --seed 2 --threads 1 x/seed2"], [wildcards, other]
+    )
     assert commands == ["train --seed ${item.seed} --threads 1 x/seed${item.seed}"] * 2
     expected = "results/runs/${item.dataset}/${item.method}/seed${item.seed}/log.csv"
     assert m.templated(path, wildcards, literals) == expected
     assert m.templated("methods.triplet_wide.loss", wildcards, literals) == "methods.triplet_wide.loss"
     spec = m.Spec("cmd --threads 1", (path,), (), (), (("params.yaml", "methods.triplet.loss"),))
-    template = m.Spec("cmd --threads 1", (m.templated(path, wildcards, literals),), (), (),
-                      (("params.yaml", m.templated("methods.triplet.loss", wildcards, literals)),))
+    template = m.Spec(
+        "cmd --threads 1",
+        (m.templated(path, wildcards, literals),),
+        (),
+        (),
+        (("params.yaml", m.templated("methods.triplet.loss", wildcards, literals)),),
+    )
     assert m.instantiate(template, wildcards) == spec
 
 
@@ -215,18 +240,27 @@ def test_each_run_has_train_embed_evaluate_and_tracks_only_its_method(snakemake_
 
     evaluated, trained = runs_of("evaluate"), runs_of("train") | runs_of("train_tuned")
     embedded = runs_of("embed") | runs_of("ensemble") | runs_of("reembed")
-    tables = {(d, m, f"seed{s}") for t in config["tables"].values() for d in t["datasets"] for m in t["methods"]
-              for s in t.get("seeds", config["seeds"])}
+    tables = {
+        (d, m, f"seed{s}")
+        for t in config["tables"].values()
+        for d in t["datasets"]
+        for m in t["methods"]
+        for s in t.get("seeds", config["seeds"])
+    }
     assert tables <= evaluated <= embedded
     assert runs_of("embed") <= trained
-    assert not {m for _, m, _ in trained} & {m for m, spec in config["methods"].items()
-                                             if "ensemble_members" in spec or "checkpoint_of" in spec}
+    assert not {m for _, m, _ in trained} & {
+        m for m, spec in config["methods"].items() if "ensemble_members" in spec or "checkpoint_of" in spec
+    }
     for job in (j for j in snakemake_jobs if j["rule"] in ("train", "train_tuned")):
         method = job["outputs"][0].split("/")[3]
         methods = {p.split(".")[1] for p in job["params"] if p.startswith("methods.")}
         # its own section and its bases', each written one by its keys (a generated one by those that generate it)
-        assert methods == {m for m in method_chain(config, method)
-                           if all(key.startswith(f"methods.{m}.") for key in origin_keys(config, "methods", m))}
+        assert methods == {
+            m
+            for m in method_chain(config, method)
+            if all(key.startswith(f"methods.{m}.") for key in origin_keys(config, "methods", m))
+        }
         assert not any(p.endswith(".label") for p in job["params"])  # renaming a method does not retrain it
 
 
@@ -248,6 +282,7 @@ def test_test_time_variants_reembed_their_base_checkpoint_and_have_no_train_job(
         assert {f"methods.{method}.options", f"methods.{method}.checkpoint_of"} <= set(job["params"])
         reembedded.add((dataset, method, seed))
     assert ("synthetic", "mpn_test_rknn", "seed0") in reembedded
-    logs = {i for j in snakemake_jobs if j["rule"] in ("report", "figure")
-            for i in j["inputs"] if i.endswith("/log.csv")}
+    logs = {
+        i for j in snakemake_jobs if j["rule"] in ("report", "figure") for i in j["inputs"] if i.endswith("/log.csv")
+    }
     assert not {path.split("/")[3] for path in logs} & set(variants)

@@ -27,11 +27,31 @@ pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
 TINY_PARAMS = {
     "seeds": [0],
-    "datasets": {"tiny": {"kind": "synthetic", "label": "Tiny", "recall_ks": [1, 2], "seed": 3,
-                          "num_classes": 8, "images_per_class": 6, "image_size": 32, "classes_per_family": 4}},
+    "datasets": {
+        "tiny": {
+            "kind": "synthetic",
+            "label": "Tiny",
+            "recall_ks": [1, 2],
+            "seed": 3,
+            "num_classes": 8,
+            "images_per_class": 6,
+            "image_size": 32,
+            "classes_per_family": 4,
+        }
+    },
     "training": {
-        "device": "cpu", "amp": False, "deterministic": True, "num_workers": 0, "cache_images": True, "pipeline": "pil", "epochs": 2, "selection": "val",
-        "val_fraction": 0.5, "val_split_seed": 0, "eval_batch_size": 32, "embedding_dim": 8,
+        "device": "cpu",
+        "amp": False,
+        "deterministic": True,
+        "num_workers": 0,
+        "cache_images": True,
+        "pipeline": "pil",
+        "epochs": 2,
+        "selection": "val",
+        "val_fraction": 0.5,
+        "val_split_seed": 0,
+        "eval_batch_size": 32,
+        "embedding_dim": 8,
         "backbone": {"name": "small_cnn", "width": 4, "pooling": "avg", "freeze_bn": False},
         "image": {"resize": 32, "test_crop": 28, "train_crop": 28, "crop_scale": [0.6, 1.0], "flip": True},
         "sampler": {"classes_per_batch": 2, "images_per_class": 3},
@@ -41,8 +61,11 @@ TINY_PARAMS = {
     "evaluation": {"chunk_size": 64, "kmeans": {"seed": 0, "niter": 10, "nredo": 1}},
     "methods": {
         "triplet": {"label": "Triplet", "recipe": "baseline", "loss": {"name": "triplet", "margin": 0.2}},
-        "norm_softmax": {"label": "NormSoftmax", "recipe": "baseline",
-                         "loss": {"name": "norm_softmax", "temperature": 0.05}},
+        "norm_softmax": {
+            "label": "NormSoftmax",
+            "recipe": "baseline",
+            "loss": {"name": "norm_softmax", "temperature": 0.05},
+        },
     },
     "tables": {"table1": {"datasets": ["tiny"], "methods": ["triplet", "norm_softmax"]}},
 }
@@ -133,16 +156,34 @@ def test_snakemake_reruns_only_the_edited_method(project: Path):
 
 
 def test_sigkilled_training_resumes_to_the_same_result(project: Path):
-    common = [str(BIN / "dmlbench"), "train", "--dataset", "tiny", "--method", "norm_softmax", "--seed", "0",
-              "--manifest", "data/prepared/tiny/manifest.csv", "--config", "params.yaml", "--no-progress",
-              "--threads", "1"]
+    common = [
+        str(BIN / "dmlbench"),
+        "train",
+        "--dataset",
+        "tiny",
+        "--method",
+        "norm_softmax",
+        "--seed",
+        "0",
+        "--manifest",
+        "data/prepared/tiny/manifest.csv",
+        "--config",
+        "params.yaml",
+        "--no-progress",
+        "--threads",
+        "1",
+    ]
     set_param(project, ["training", "epochs"], 30)  # long enough (about 0.3 s an epoch) to be killed mid-run
     set_param(project, ["training", "sampler", "batches_per_epoch"], 10)
     run([*common, "--out", "full", "--scratch-dir", "scratch_full"], project)
 
     scratch = project / "scratch_cut" / "last.pt"
-    process = subprocess.Popen([*common, "--out", "cut", "--scratch-dir", "scratch_cut"], cwd=project,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [*common, "--out", "cut", "--scratch-dir", "scratch_cut"],
+        cwd=project,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while not scratch.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -158,5 +199,7 @@ def test_sigkilled_training_resumes_to_the_same_result(project: Path):
     for key in full["model"]:
         assert torch.equal(full["model"][key], cut["model"][key]), key
     timing = ["seconds", "images_per_s", "loader_wait_share"]
-    pd.testing.assert_frame_equal(pd.read_csv(project / "full/log.csv").drop(columns=timing),
-                                  pd.read_csv(project / "cut/log.csv").drop(columns=timing))
+    pd.testing.assert_frame_equal(
+        pd.read_csv(project / "full/log.csv").drop(columns=timing),
+        pd.read_csv(project / "cut/log.csv").drop(columns=timing),
+    )

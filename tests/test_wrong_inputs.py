@@ -69,8 +69,9 @@ def test_a_resumed_run_refuses_another_manifest_and_resumes_on_its_own(params, t
     for part in (str(scratch / "last.pt"), str(tiny_manifest), str(other), "--manifest", "delete"):
         assert part in message
     assert (scratch / "last.pt").is_file() and not (tmp_path / "out").exists()  # nothing lost, nothing written
-    assert train_run(run, copied(tiny_manifest), tmp_path / "out", scratch,
-                     progress=False).epochs_run_now == 1  # same bytes elsewhere: resumes at epoch 2
+    assert (
+        train_run(run, copied(tiny_manifest), tmp_path / "out", scratch, progress=False).epochs_run_now == 1
+    )  # same bytes elsewhere: resumes at epoch 2
 
 
 @pytest.mark.parametrize("wrong", [other_dataset, one_row_dropped])
@@ -106,22 +107,32 @@ def alias_bomb(kind: str, levels: int = 8) -> str:
     """Ten-fold aliases of aliases: ``10 ** levels`` values from a few lines."""
     if kind == "list":
         return "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-            f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, levels))
+            f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, levels)
+        )
     return "m0: &m0 {a: 1, b: 2}\n" + "".join(
-        f"m{i}: &m{i} {{{', '.join(f'k{j}: *m{i - 1}' for j in range(10))}}}\n" for i in range(1, levels))
+        f"m{i}: &m{i} {{{', '.join(f'k{j}: *m{i - 1}' for j in range(10))}}}\n" for i in range(1, levels)
+    )
 
 
 HOSTILE_YAML = {
     "list_alias_bomb": (alias_bomb("list"), f"{YAML_MAX_NODES:,} values"),
     "mapping_alias_bomb": (alias_bomb("mapping"), f"{YAML_MAX_NODES:,} values"),
-    "merge_key_bomb": ("b0: &b0 {x: 1, y: 2}\n" + "".join(
-        f"b{i}: &b{i} {{<<: *b{i - 1}, {', '.join(f'k{j}: *b{i - 1}' for j in range(10))}}}\n"
-        for i in range(1, 8)), f"{YAML_MAX_NODES:,} values"),
+    "merge_key_bomb": (
+        "b0: &b0 {x: 1, y: 2}\n"
+        + "".join(
+            f"b{i}: &b{i} {{<<: *b{i - 1}, {', '.join(f'k{j}: *b{i - 1}' for j in range(10))}}}\n" for i in range(1, 8)
+        ),
+        f"{YAML_MAX_NODES:,} values",
+    ),
     "flow_list_5000_deep": ("training: " + "[" * 5000 + "]" * 5000 + "\n", f"deeper than {YAML_MAX_DEPTH}"),
-    "block_mapping_3000_deep": ("".join("  " * i + f"k{i}:\n" for i in range(3000)) + "  " * 3000 + "v: 1\n",
-                                f"deeper than {YAML_MAX_DEPTH}"),
-    "deep_through_aliases": ("d0: &d0 " + "[" * 20 + "]" * 20 + "\nd1: &d1 " + "[" * 20 + "*d0" + "]" * 20 + "\n",
-                             f"{YAML_MAX_DEPTH} levels"),
+    "block_mapping_3000_deep": (
+        "".join("  " * i + f"k{i}:\n" for i in range(3000)) + "  " * 3000 + "v: 1\n",
+        f"deeper than {YAML_MAX_DEPTH}",
+    ),
+    "deep_through_aliases": (
+        "d0: &d0 " + "[" * 20 + "]" * 20 + "\nd1: &d1 " + "[" * 20 + "*d0" + "]" * 20 + "\n",
+        f"{YAML_MAX_DEPTH} levels",
+    ),
     "alias_of_itself": ("a: &a [1, *a]\n", "contains it"),
 }
 
@@ -145,13 +156,19 @@ def test_the_projects_anchors_and_aliases_still_load():
     load_config([REPO / "params.yaml", paper])
 
 
-@pytest.mark.parametrize("error", [OverflowError("int too large to convert"), MemoryError(), TypeError("bad operand"),
-                                   RecursionError("maximum recursion depth exceeded"),
-                                   AttributeError("no attribute x")],
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "error",
+    [
+        OverflowError("int too large to convert"),
+        MemoryError(),
+        TypeError("bad operand"),
+        RecursionError("maximum recursion depth exceeded"),
+        AttributeError("no attribute x"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 @pytest.mark.parametrize("where", ["command", "parser"])
-def test_any_error_at_the_cli_boundary_is_one_line_exit_2_and_a_traceback_on_request(monkeypatch, capsys, error,
-                                                                                    where):
+def test_any_error_at_the_cli_boundary_is_one_line_exit_2_and_a_traceback_on_request(monkeypatch, capsys, error, where):
     def fail(*_args):
         raise error
 

@@ -59,8 +59,10 @@ def check_output_path(path: Path) -> None:
         raise OutputPathError(f"{path}: is a folder; name a file to write (e.g. {path / 'metrics.json'})")
     blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
-        raise OutputPathError(f"{path}: cannot be written because {blocking} is a file, not a folder; "
-                              f"move that file away or choose another output path")
+        raise OutputPathError(
+            f"{path}: cannot be written because {blocking} is a file, not a folder; "
+            f"move that file away or choose another output path"
+        )
 
 
 def host_name() -> str:
@@ -94,7 +96,7 @@ def sweep_orphans(path: str | os.PathLike[str]) -> list[Path]:
     host = host_name()
     removed = []
     for candidate in path.parent.glob(f".{path.name}.*-*.*.tmp{path.suffix}"):
-        owner = candidate.name[len(path.name) + 2:].split(".", 1)[0]
+        owner = candidate.name[len(path.name) + 2 :].split(".", 1)[0]
         owner_host, _, pid = owner.rpartition("-")
         if not pid.isdigit():
             continue
@@ -129,8 +131,9 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[Path]:
     check_output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sweep_orphans(path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_owner_tag()}.",
-                                    suffix=f".tmp{path.suffix}")
+    fd, tmp_name = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.{_owner_tag()}.", suffix=f".tmp{path.suffix}"
+    )
     os.close(fd)
     tmp = Path(tmp_name)
     try:

@@ -49,10 +49,15 @@ def _backbone_lines() -> dict[str, str]:
 
     lines = {name: _first_line(build.__doc__) for name, build in BACKBONES.items()}
     count = timm_model_count()
-    available = (f"any of timm's {count} models, e.g. timm:resnet18, timm:resnet18.a1_in1k (a pretrained tag)"
-                 if count is not None else "timm is not installed: pip install 'dmlbench[timm]'")
-    lines["timm:<model>"] = (f"{available}; named stages where the model exposes them; weights from a local file "
-                             f"or timm's cache (pretrained: timm), never downloaded")
+    available = (
+        f"any of timm's {count} models, e.g. timm:resnet18, timm:resnet18.a1_in1k (a pretrained tag)"
+        if count is not None
+        else "timm is not installed: pip install 'dmlbench[timm]'"
+    )
+    lines["timm:<model>"] = (
+        f"{available}; named stages where the model exposes them; weights from a local file "
+        f"or timm's cache (pretrained: timm), never downloaded"
+    )
     return lines
 
 
@@ -67,10 +72,13 @@ def _loss_lines() -> dict[str, str]:
         lines["pml:<LossClass>"] = f"pytorch-metric-learning is not installed: {PML_INSTALL}"
         return lines
     losses, miners = pml_class_names("loss"), pml_class_names("miner")
-    lines["pml:<LossClass>"] = (f"a pytorch-metric-learning loss, keyword arguments beside name ({len(losses)}: "
-                                f"{', '.join(losses)})")
-    lines["pml:<MinerClass>"] = (f"a pytorch-metric-learning miner, as a pml: loss's miner (a name, or "
-                                 f"{{name, ...keyword arguments}}; {len(miners)}: {', '.join(miners)})")
+    lines["pml:<LossClass>"] = (
+        f"a pytorch-metric-learning loss, keyword arguments beside name ({len(losses)}: {', '.join(losses)})"
+    )
+    lines["pml:<MinerClass>"] = (
+        f"a pytorch-metric-learning miner, as a pml: loss's miner (a name, or "
+        f"{{name, ...keyword arguments}}; {len(miners)}: {', '.join(miners)})"
+    )
     return lines
 
 
@@ -93,10 +101,12 @@ def catalog(config: Mapping[str, Any], kind: str) -> dict[str, str]:
         return _backbone_lines()
     if kind == "losses":
         return _loss_lines()
-    describe = {"methods": lambda name: _method_line(config, name),
-                "tables": lambda name: _table_line(config["tables"][name]),
-                "figures": lambda name: _figure_line(config["figures"][name]),
-                "datasets": lambda name: _dataset_line(config["datasets"][name])}
+    describe = {
+        "methods": lambda name: _method_line(config, name),
+        "tables": lambda name: _table_line(config["tables"][name]),
+        "figures": lambda name: _figure_line(config["figures"][name]),
+        "datasets": lambda name: _dataset_line(config["datasets"][name]),
+    }
     if kind not in describe:
         raise ValueError(f"cannot list {kind!r}{did_you_mean(kind, KINDS)}; choose one of {', '.join(KINDS)}")
     return {name: describe[kind](name) for name in config.get(kind, {})}

@@ -151,16 +151,22 @@ def cmd_download(args: argparse.Namespace) -> None:
 
     try:
         if args.archive:
-            path = fetch_archive(args.kind, args.archive, contained(args.raw_dir, args.kind, args.archive),
-                                 allow_unverified=args.allow_unverified)
+            path = fetch_archive(
+                args.kind,
+                args.archive,
+                contained(args.raw_dir, args.kind, args.archive),
+                allow_unverified=args.allow_unverified,
+            )
             print(f"fetched {path} (not extracted; `download: true` in a dataset's params extracts it)")
             return
         root = download(args.kind, Path(args.raw_dir), allow_unverified=args.allow_unverified)
     except DownloadError as err:
         print(f"dmlbench download: error: {err}", file=sys.stderr)
         raise SystemExit(2) from err
-    print(f"downloaded {args.kind} to {root}\nprepare it with: DMLBENCH_{args.kind.upper()}_ROOT={root} "
-          f"dmlbench prepare <dataset of kind {args.kind}>")
+    print(
+        f"downloaded {args.kind} to {root}\nprepare it with: DMLBENCH_{args.kind.upper()}_ROOT={root} "
+        f"dmlbench prepare <dataset of kind {args.kind}>"
+    )
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -172,8 +178,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     scratch = Path(args.scratch_dir) if args.scratch_dir else SCRATCH_DIR / out
     manifest = Path(args.manifest) if args.manifest else manifest_path(args.dataset)
     result = train_run(run, manifest, out, scratch, progress=not args.no_progress, configs=args.config)
-    print(f"trained {out}: selected epoch {result.best_epoch} ({run['training']['selection']} score "
-          f"{result.best_score:.4f})")
+    print(
+        f"trained {out}: selected epoch {result.best_epoch} ({run['training']['selection']} score "
+        f"{result.best_score:.4f})"
+    )
 
 
 def cmd_tune(args: argparse.Namespace) -> None:
@@ -182,18 +190,26 @@ def cmd_tune(args: argparse.Namespace) -> None:
     out = Path(args.out) if args.out else contained(TUNING_DIR, args.dataset, args.method)
     scratch = Path(args.scratch_dir) if args.scratch_dir else SCRATCH_DIR / out
     manifest = Path(args.manifest) if args.manifest else manifest_path(args.dataset)
-    result = tune(load_config(args.config), args.dataset, args.method, manifest, out, scratch,
-                  progress=not args.no_progress)
-    print(f"tuned {args.method} on {args.dataset}: {result.completed} trials, best score {result.best_score:.4f} "
-          f"-> {result.best}, {result.trials}")
+    result = tune(
+        load_config(args.config), args.dataset, args.method, manifest, out, scratch, progress=not args.no_progress
+    )
+    print(
+        f"tuned {args.method} on {args.dataset}: {result.completed} trials, best score {result.best_score:.4f} "
+        f"-> {result.best}, {result.trials}"
+    )
 
 
 def cmd_pretrain(args: argparse.Namespace) -> None:
     from dmlbench.training.pretrain import pretrain_backbone
 
     prepared = Path(args.prepared) if args.prepared else Path(manifest_path(args.dataset)).parent
-    weights = pretrain_backbone(load_config(args.config), args.dataset, prepared,
-                                out_root=Path(args.out) if args.out else None, progress=not args.no_progress)
+    weights = pretrain_backbone(
+        load_config(args.config),
+        args.dataset,
+        prepared,
+        out_root=Path(args.out) if args.out else None,
+        progress=not args.no_progress,
+    )
     print(f"pretrained {weights}")
 
 
@@ -213,7 +229,11 @@ def cmd_embed(args: argparse.Namespace) -> None:
 
 
 #: evaluation settings without --dataset (the params' defaults).
-EVALUATION_DEFAULTS: dict[str, Any] = {"recall_ks": [1, 2, 4, 8], "chunk_size": 4096, "kmeans": {"seed": 0, "niter": 100, "nredo": 1}}
+EVALUATION_DEFAULTS: dict[str, Any] = {
+    "recall_ks": [1, 2, 4, 8],
+    "chunk_size": 4096,
+    "kmeans": {"seed": 0, "niter": 100, "nredo": 1},
+}
 
 
 def _evaluation_settings(args: argparse.Namespace) -> dict:
@@ -225,8 +245,11 @@ def _evaluation_settings(args: argparse.Namespace) -> dict:
     if args.dataset is not None:
         config = load_config(args.config)
         evaluation = section(config, "evaluation")
-        settings.update(recall_ks=list(section(config, "datasets", args.dataset, "recall_ks")),
-                        chunk_size=evaluation["chunk_size"], kmeans=dict(evaluation["kmeans"]))
+        settings.update(
+            recall_ks=list(section(config, "datasets", args.dataset, "recall_ks")),
+            chunk_size=evaluation["chunk_size"],
+            kmeans=dict(evaluation["kmeans"]),
+        )
     for option, key in (("kmeans_seed", "seed"), ("kmeans_niter", "niter"), ("kmeans_nredo", "nredo")):
         if getattr(args, option) is not None:
             settings["kmeans"][key] = getattr(args, option)
@@ -242,8 +265,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     settings = _evaluation_settings(args)
     kmeans = KMeansSettings(**settings["kmeans"])
     per_query = Path(args.per_query) if args.per_query else Path(args.out).parent / PER_QUERY_FILE
-    metrics = evaluate_file(args.embeddings, args.out, settings["recall_ks"], kmeans=kmeans,
-                            chunk_size=settings["chunk_size"], per_query_path=per_query)
+    metrics = evaluate_file(
+        args.embeddings,
+        args.out,
+        settings["recall_ks"],
+        kmeans=kmeans,
+        chunk_size=settings["chunk_size"],
+        per_query_path=per_query,
+    )
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "/" not in k and k[:2] in ("R@", "NM", "MA"))
     print(f"evaluated {args.embeddings}: {shown}")
 
@@ -263,8 +292,10 @@ def cmd_report(args: argparse.Namespace) -> None:
     print(render_text(report.cells), end="")
     for (dataset, method), failures in report.dead.items():
         for failure in failures:
-            print(f"dmlbench report {args.table}: warning: {method} on {dataset}: mechanism did not engage: "
-                  f"{failure}", file=sys.stderr)
+            print(
+                f"dmlbench report {args.table}: warning: {method} on {dataset}: mechanism did not engage: {failure}",
+                file=sys.stderr,
+            )
 
 
 def cmd_summary(args: argparse.Namespace) -> None:
@@ -283,8 +314,10 @@ def cmd_claims(args: argparse.Namespace) -> None:
     checks = {m: health_checks(config, dataset, m, config["seeds"][0]) for m in claim_methods(config)}
     table = write_claims(config, RUNS_DIR, Path(args.tables_dir), checks)
     counts = table["verdict"].value_counts()
-    print(f"claims: {', '.join(f'{counts.get(v, 0)} {v}' for v in VERDICTS)} "
-          f"of {len(table)}; wrote {Path(args.tables_dir) / 'claims.tex'} (.md, .csv)")
+    print(
+        f"claims: {', '.join(f'{counts.get(v, 0)} {v}' for v in VERDICTS)} "
+        f"of {len(table)}; wrote {Path(args.tables_dir) / 'claims.tex'} (.md, .csv)"
+    )
 
 
 def cmd_figure(args: argparse.Namespace) -> None:
@@ -320,11 +353,16 @@ def cmd_info(args: argparse.Namespace) -> None:
             print(f"  {stage:<12} {'×'.join(str(s) for s in shape)}")
 
 
-def add_run_arguments(parser: argparse.ArgumentParser,
-                      method_help: str = "a key of the 'methods' params section (dmlbench list methods)") -> None:
+def add_run_arguments(
+    parser: argparse.ArgumentParser, method_help: str = "a key of the 'methods' params section (dmlbench list methods)"
+) -> None:
     """The required ``--dataset`` and ``--method`` of a command about one (dataset, method), names checked."""
-    parser.add_argument("--dataset", type=name_argument("dataset name"), required=True,
-                        help="a key of the 'datasets' params section (dmlbench list datasets)")
+    parser.add_argument(
+        "--dataset",
+        type=name_argument("dataset name"),
+        required=True,
+        help="a key of the 'datasets' params section (dmlbench list datasets)",
+    )
     parser.add_argument("--method", type=name_argument("method name"), required=True, help=method_help)
 
 
@@ -334,8 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", action="append", metavar="YAML",
-                       help="params file; repeat for overlays (default: params.yaml)")
+        p.add_argument(
+            "--config", action="append", metavar="YAML", help="params file; repeat for overlays (default: params.yaml)"
+        )
         p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
 
     p = sub.add_parser("prepare", help="turn a dataset into the canonical manifest")
@@ -345,17 +384,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("download", help="fetch and extract a real dataset's official archives (checksummed)")
-    p.add_argument("kind", type=name_argument("dataset kind"),
-                   help="cub200, cars196, sop (In-Shop and VehicleID are distributed by request)")
+    p.add_argument(
+        "kind",
+        type=name_argument("dataset kind"),
+        help="cub200, cars196, sop (In-Shop and VehicleID are distributed by request)",
+    )
     p.add_argument("--raw-dir", default="data/raw", help="where archives and extracted files go")
-    p.add_argument("--archive", metavar="FILENAME",
-                   help="fetch only this archive of the kind to RAW_DIR/KIND/FILENAME, without extracting it")
-    p.add_argument("--allow-unverified", action="store_true",
-                   help="accept an archive whose checksum is not pinned (its sha256 is printed)")
+    p.add_argument(
+        "--archive",
+        metavar="FILENAME",
+        help="fetch only this archive of the kind to RAW_DIR/KIND/FILENAME, without extracting it",
+    )
+    p.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="accept an archive whose checksum is not pinned (its sha256 is printed)",
+    )
     p.set_defaults(func=cmd_download)
 
-    p = sub.add_parser("download-weights", help="fetch a backbone's published ImageNet weights (checksummed) "
-                                                "into the torch hub cache")
+    p = sub.add_parser(
+        "download-weights", help="fetch a backbone's published ImageNet weights (checksummed) into the torch hub cache"
+    )
     p.add_argument("backbone", help="googlenet, bninception, resnet50")
     p.add_argument("--weights", default="imagenet", help="imagenet or imagenet:VARIANT (default imagenet)")
     p.add_argument("--dir", help="target folder (default $TORCH_HOME/hub/checkpoints)")
@@ -363,8 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train one run (dataset, method, seed); resumes when interrupted")
     add_run_arguments(p)
-    p.add_argument("--seed", type=_integer_at_least(0, "a run seed"), required=True,
-                   help="the run's seed (fixes every random draw: a CPU run is bit-for-bit repeatable)")
+    p.add_argument(
+        "--seed",
+        type=_integer_at_least(0, "a run seed"),
+        required=True,
+        help="the run's seed (fixes every random draw: a CPU run is bit-for-bit repeatable)",
+    )
     p.add_argument("--manifest", help="default data/prepared/DATASET/manifest.csv")
     p.add_argument("--out", help="default results/runs/DATASET/METHOD/seedSEED")
     p.add_argument("--scratch-dir", help="resume checkpoints (default .scratch/<out>)")
@@ -372,11 +425,15 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("tune", help="equal-budget tuning of one method on one dataset (tuning.tables): its Optuna "
-                                    "study on class-disjoint folds of the training classes; resumes when "
-                                    "interrupted")
-    add_run_arguments(p, method_help="a trained method of a table listed under tuning.tables (its entry's "
-                                     "tuning.space)")
+    p = sub.add_parser(
+        "tune",
+        help="equal-budget tuning of one method on one dataset (tuning.tables): its Optuna "
+        "study on class-disjoint folds of the training classes; resumes when "
+        "interrupted",
+    )
+    add_run_arguments(
+        p, method_help="a trained method of a table listed under tuning.tables (its entry's tuning.space)"
+    )
     p.add_argument("--manifest", help="default data/prepared/DATASET/manifest.csv (only its train rows are read)")
     p.add_argument("--out", help="default results/tuning/DATASET/METHOD")
     p.add_argument("--scratch-dir", help="the trials' resume checkpoints (default .scratch/<out>)")
@@ -384,10 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
     with_config(p)
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("pretrain", help="train a backbone by classification on a dataset's pretraining classes "
-                                        "(params 'pretraining'); resumes when interrupted")
-    p.add_argument("--dataset", type=name_argument("dataset name"), required=True,
-                   help="a key of the 'pretraining' params section")
+    p = sub.add_parser(
+        "pretrain",
+        help="train a backbone by classification on a dataset's pretraining classes "
+        "(params 'pretraining'); resumes when interrupted",
+    )
+    p.add_argument(
+        "--dataset", type=name_argument("dataset name"), required=True, help="a key of the 'pretraining' params section"
+    )
     p.add_argument("--prepared", help="the prepared dataset folder with pretrain.csv (default data/prepared/DATASET)")
     p.add_argument("--out", help="output folder (default data/pretrained/DATASET, where pretrained: DATASET looks)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -398,11 +459,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="directory with checkpoint.pt")
     p.add_argument("--manifest", help="default: the run's dataset under data/prepared")
     p.add_argument("--out", help="default RUN_DIR/embeddings.npz, with --method results/runs/D/METHOD/seedS/...")
-    p.add_argument("--method", type=name_argument("method name"),
-                   help="embed with this method's test-time options: one that re-embeds RUN_DIR's "
-                        "checkpoint (checkpoint_of); default: the method it was trained as")
-    p.add_argument("--config", action="append", metavar="YAML",
-                   help="with --method: params file; repeat for overlays (default: params.yaml)")
+    p.add_argument(
+        "--method",
+        type=name_argument("method name"),
+        help="embed with this method's test-time options: one that re-embeds RUN_DIR's "
+        "checkpoint (checkpoint_of); default: the method it was trained as",
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="YAML",
+        help="with --method: params file; repeat for overlays (default: params.yaml)",
+    )
     p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
     p.set_defaults(func=cmd_embed)
 
@@ -410,18 +478,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("embeddings", help=".npz with embeddings, labels[, split, learner_slices]")
     p.add_argument("--out", required=True, help="metrics JSON")
     p.add_argument("--per-query", help="per-query results .npz (default: per_query.npz beside --out)")
-    p.add_argument("--dataset", type=name_argument("dataset name"),
-                   help="read the settings below from the params: datasets.DATASET.recall_ks and the "
-                        "'evaluation' section (an option given here still wins)")
+    p.add_argument(
+        "--dataset",
+        type=name_argument("dataset name"),
+        help="read the settings below from the params: datasets.DATASET.recall_ks and the "
+        "'evaluation' section (an option given here still wins)",
+    )
     p.add_argument("--recall-ks", type=_parse_ks, help="e.g. 1,2,4,8 (default 1,2,4,8)")
-    p.add_argument("--kmeans-seed", type=_integer_at_least(0, "a K-means seed"),
-                   help="seed of the K-means clustering behind NMI (default 0)")
-    p.add_argument("--kmeans-niter", type=_integer_at_least(1, "K-means iterations"),
-                   help="K-means iterations (default 100)")
-    p.add_argument("--kmeans-nredo", type=_integer_at_least(1, "K-means restarts"),
-                   help="K-means restarts; the best objective is kept (default 1)")
-    p.add_argument("--chunk-size", type=_integer_at_least(1, "queries per chunk"),
-                   help="queries per kNN search chunk (default 4096)")
+    p.add_argument(
+        "--kmeans-seed",
+        type=_integer_at_least(0, "a K-means seed"),
+        help="seed of the K-means clustering behind NMI (default 0)",
+    )
+    p.add_argument(
+        "--kmeans-niter", type=_integer_at_least(1, "K-means iterations"), help="K-means iterations (default 100)"
+    )
+    p.add_argument(
+        "--kmeans-nredo",
+        type=_integer_at_least(1, "K-means restarts"),
+        help="K-means restarts; the best objective is kept (default 1)",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=_integer_at_least(1, "queries per chunk"),
+        help="queries per kNN search chunk (default 4096)",
+    )
     with_config(p)
     p.set_defaults(func=cmd_evaluate)
 
@@ -430,10 +511,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the ensemble's embeddings.npz")
     p.set_defaults(func=cmd_ensemble)
 
-    p = sub.add_parser("report", help="LaTeX, CSV and Markdown table and plots of a table spec (tables.TABLE); "
-                                      "prints the table")
-    p.add_argument("table", type=name_argument("table name"),
-                   help="a key of the 'tables' params section, e.g. table1 (dmlbench list tables)")
+    p = sub.add_parser(
+        "report", help="LaTeX, CSV and Markdown table and plots of a table spec (tables.TABLE); prints the table"
+    )
+    p.add_argument(
+        "table",
+        type=name_argument("table name"),
+        help="a key of the 'tables' params section, e.g. table1 (dmlbench list tables)",
+    )
     p.add_argument("--tables-dir", default="results/tables", help="where TABLE.tex, .csv and .md go")
     p.add_argument("--plots-dir", default="results/plots", help="where the table's plots go")
     with_config(p)
@@ -450,40 +535,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_claims)
 
     p = sub.add_parser("figure", help="draw a figure of an experiment (figures.FIGURE) from finished runs")
-    p.add_argument("figure", type=name_argument("figure name"),
-                   help="a key of the 'figures' params section, e.g. abe_fig5 (dmlbench list figures)")
+    p.add_argument(
+        "figure",
+        type=name_argument("figure name"),
+        help="a key of the 'figures' params section, e.g. abe_fig5 (dmlbench list figures)",
+    )
     p.add_argument("--out", help="default results/plots/FIGURE.png")
     with_config(p)
     p.set_defaults(func=cmd_figure)
 
-    p = sub.add_parser("list", help="what exists: methods, tables, figures, datasets, losses or backbones, one line "
-                                    "each")
+    p = sub.add_parser(
+        "list", help="what exists: methods, tables, figures, datasets, losses or backbones, one line each"
+    )
     p.add_argument("kind", choices=KINDS, help="what to list")
     with_config(p)
     p.set_defaults(func=cmd_list)
 
-    config_help = ("params file, repeat for overlays (default: params.yaml); KEY=VALUE overrides a parameter, "
-                   "merged last (dotted KEY, YAML VALUE: --config training.epochs=3)")
-    p = sub.add_parser("show", help="a run's effective settings or a method's base chain, each with the file and "
-                                    "line that set it")
+    config_help = (
+        "params file, repeat for overlays (default: params.yaml); KEY=VALUE overrides a parameter, "
+        "merged last (dotted KEY, YAML VALUE: --config training.epochs=3)"
+    )
+    p = sub.add_parser(
+        "show", help="a run's effective settings or a method's base chain, each with the file and line that set it"
+    )
     show = p.add_subparsers(dest="what", required=True, metavar="WHAT", help="run or method")
     p = show.add_parser("run", help="every effective setting of one run (dataset, method, seed) and its source")
     add_run_arguments(p)
-    p.add_argument("--seed", type=_integer_at_least(0, "a run seed"), help="the run's seed (default: the first "
-                                                                           "of 'seeds')")
+    p.add_argument(
+        "--seed", type=_integer_at_least(0, "a run seed"), help="the run's seed (default: the first of 'seeds')"
+    )
     p.add_argument("--config", action="append", metavar="YAML|KEY=VALUE", help=config_help)
     p.set_defaults(func=cmd_show)
     p = show.add_parser("method", help="a method's base: chain and its resolved section, with sources")
     p.add_argument("method", type=name_argument("method name"), help="a key of the 'methods' params section")
-    p.add_argument("--dataset", type=name_argument("dataset name"),
-                   help="resolve with the entries' per_dataset.DATASET too")
+    p.add_argument(
+        "--dataset", type=name_argument("dataset name"), help="resolve with the entries' per_dataset.DATASET too"
+    )
     p.add_argument("--config", action="append", metavar="YAML|KEY=VALUE", help=config_help)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("info", help="describe registered components: stages and output shapes of every backbone")
     p.add_argument("what", choices=["backbones"], help="what to describe")
-    p.add_argument("--image-size", type=_integer_at_least(8, "pixels"), default=224,
-                   help="input side in pixels for the stage shapes (default 224)")
+    p.add_argument(
+        "--image-size",
+        type=_integer_at_least(8, "pixels"),
+        default=224,
+        help="input side in pixels for the stage shapes (default 224)",
+    )
     p.set_defaults(func=cmd_info)
     return parser
 
@@ -492,15 +590,15 @@ def _check_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None
     """Stop with a suggestion when the first argument is not a command (argparse lists them all, unsorted)."""
     commands = next(action.choices for action in parser._actions if isinstance(action, argparse._SubParsersAction))
     if argv and not argv[0].startswith("-") and argv[0] not in commands:
-        parser.error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], commands)}; "
-                     f"commands: {', '.join(commands)}")
+        parser.error(f"unknown command {argv[0]!r}{did_you_mean(argv[0], commands)}; commands: {', '.join(commands)}")
 
 
 def _input_files(args: argparse.Namespace | None) -> list[str]:
     """The files named by a command's :data:`INPUT_ARGUMENTS` (each may be one path or a list of paths)."""
     values = [getattr(args, name, None) for name in INPUT_ARGUMENTS]
-    return [str(path) for value in values if value is not None
-            for path in (value if isinstance(value, list) else [value])] or ["none given"]
+    return [
+        str(path) for value in values if value is not None for path in (value if isinstance(value, list) else [value])
+    ] or ["none given"]
 
 
 def error_line(err: Exception, args: argparse.Namespace | None) -> str:
@@ -512,14 +610,15 @@ def error_line(err: Exception, args: argparse.Namespace | None) -> str:
     """
     if isinstance(err, KeyError):
         key = err.args[0] if err.args else None
-        return (f"missing entry {key!r} in one of this command's inputs ({', '.join(_input_files(args))}): a file "
-                f"written by an older or another program? re-create it with the dmlbench command that writes it "
-                f"(or add the entry to the params)")
+        return (
+            f"missing entry {key!r} in one of this command's inputs ({', '.join(_input_files(args))}): a file "
+            f"written by an older or another program? re-create it with the dmlbench command that writes it "
+            f"(or add the entry to the params)"
+        )
     if isinstance(err, DmlbenchError | ValueError | OSError):
         return str(err)
     what = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
-    return (f"{what} (unexpected; if the inputs look right, rerun with {TRACEBACK_ENV}=1 "
-            f"and report the traceback)")
+    return f"{what} (unexpected; if the inputs look right, rerun with {TRACEBACK_ENV}=1 and report the traceback)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

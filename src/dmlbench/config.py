@@ -101,30 +101,43 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent) and event.anchor in self.anchors \
-                and id(self.anchors[event.anchor]) not in self._expanded:
-            raise YamlLimitError(f"alias *{event.anchor} (line {event.start_mark.line + 1}) names a mapping or "
-                                 f"list that contains it, which would be infinite: write the values out")
+        if (
+            isinstance(event, yaml.AliasEvent)
+            and event.anchor in self.anchors
+            and id(self.anchors[event.anchor]) not in self._expanded
+        ):
+            raise YamlLimitError(
+                f"alias *{event.anchor} (line {event.start_mark.line + 1}) names a mapping or "
+                f"list that contains it, which would be infinite: write the values out"
+            )
         if self._nesting >= YAML_MAX_DEPTH:
-            raise YamlLimitError(f"nested deeper than {YAML_MAX_DEPTH} levels at line {event.start_mark.line + 1}: "
-                                 f"flatten it (parameters need a few levels)")
+            raise YamlLimitError(
+                f"nested deeper than {YAML_MAX_DEPTH} levels at line {event.start_mark.line + 1}: "
+                f"flatten it (parameters need a few levels)"
+            )
         self._nesting += 1
         try:
             node = super().compose_node(parent, index)
         finally:
             self._nesting -= 1
         if id(node) not in self._expanded:  # not an alias: its children are all counted already
-            children = (node.value if isinstance(node, yaml.SequenceNode) else
-                        [child for pair in node.value for child in pair] if isinstance(node, yaml.MappingNode)
-                        else [])
+            children = (
+                node.value
+                if isinstance(node, yaml.SequenceNode)
+                else [child for pair in node.value for child in pair]
+                if isinstance(node, yaml.MappingNode)
+                else []
+            )
             counts = [self._expanded[id(child)] for child in children]
             values = 1 + sum(count for count, _ in counts)
             depth = 1 + max((deep for _, deep in counts), default=0)
             if values > YAML_MAX_NODES or depth > YAML_MAX_DEPTH:
-                raise YamlLimitError(f"the value ending on line {node.end_mark.line + 1} expands (aliases copied) "
-                                     f"to {values:,} values nested {depth} deep, beyond the limits of "
-                                     f"{YAML_MAX_NODES:,} values and {YAML_MAX_DEPTH} levels: write it with fewer "
-                                     f"aliases (or split it)")
+                raise YamlLimitError(
+                    f"the value ending on line {node.end_mark.line + 1} expands (aliases copied) "
+                    f"to {values:,} values nested {depth} deep, beyond the limits of "
+                    f"{YAML_MAX_NODES:,} values and {YAML_MAX_DEPTH} levels: write it with fewer "
+                    f"aliases (or split it)"
+                )
             self._expanded[id(node)] = (values, depth)
         return node
 
@@ -134,8 +147,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping (first on line {seen[key] + 1}); "
-                    f"PyYAML would keep only the last: delete one", key_node.start_mark)
+                    None,
+                    None,
+                    f"key {key!r} appears twice in one mapping (first on line {seen[key] + 1}); "
+                    f"PyYAML would keep only the last: delete one",
+                    key_node.start_mark,
+                )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
@@ -164,14 +181,16 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 _END_ANCHOR = re.compile(r"(?<!\\)\$$")
 
 
-def _whole_text_pattern(validator: jsonschema.protocols.Validator, pattern: str, instance: Any,
-                        _schema: Mapping[str, Any]) -> Iterator[jsonschema.ValidationError]:
+def _whole_text_pattern(
+    validator: jsonschema.protocols.Validator, pattern: str, instance: Any, _schema: Mapping[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
     """The schema keyword ``pattern`` with JSON schema's (ECMA-262's) ``$``, the end of the text: Python's
     ``$`` also matches before a final newline, so ``"x\\n"`` would pass ``^[a-z0-9_]+$``. A name that fails
     the name pattern (``$defs/name``) gets :func:`dmlbench.names.bad_name_message`."""
     if validator.is_type(instance, "string") and re.search(_END_ANCHOR.sub(r"\\Z", pattern), instance) is None:
-        yield jsonschema.ValidationError(bad_name_message(instance) if pattern == NAME_PATTERN
-                                         else f"{instance!r} does not match {pattern!r}")
+        yield jsonschema.ValidationError(
+            bad_name_message(instance) if pattern == NAME_PATTERN else f"{instance!r} does not match {pattern!r}"
+        )
 
 
 #: the schema's validator, with :func:`_whole_text_pattern` for ``pattern``.
@@ -213,8 +232,11 @@ def _raise_schema_errors(validator: jsonschema.protocols.Validator, instance: An
     (after ``prefix``), with :func:`_suggestion`; nothing when it is valid."""
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [f"  {'.'.join(filter(None, [prefix, *map(str, err.absolute_path)])) or '<top>'}: "
-                 f"{err.message}{_suggestion(err)}" for err in errors[:10]]
+        lines = [
+            f"  {'.'.join(filter(None, [prefix, *map(str, err.absolute_path)])) or '<top>'}: "
+            f"{err.message}{_suggestion(err)}"
+            for err in errors[:10]
+        ]
         raise ConfigError(f"{source}: invalid parameters:\n" + "\n".join(lines))
 
 
@@ -228,8 +250,10 @@ def check_schema(config: Mapping[str, Any], source: str = "params") -> None:
     non_finite = non_finite_values(config)
     if non_finite:
         listed = ", ".join(f"{path} = {value}" for path, value in non_finite[:10])
-        raise ConfigError(f"{source}: parameters must be finite numbers; {listed}. Write a number "
-                          f"(YAML reads .nan, .inf and -.inf as NaN and infinities).")
+        raise ConfigError(
+            f"{source}: parameters must be finite numbers; {listed}. Write a number "
+            f"(YAML reads .nan, .inf and -.inf as NaN and infinities)."
+        )
     _raise_schema_errors(SchemaValidator(schema()), config, "", source)
 
 
@@ -248,7 +272,9 @@ def check_section(config: Mapping[str, Any], key: str, source: str = "params") -
     """
     if key in config:
         full = schema()
-        _raise_schema_errors(SchemaValidator({**full["properties"][key], "$defs": full["$defs"]}), config[key], key, source)
+        _raise_schema_errors(
+            SchemaValidator({**full["properties"][key], "$defs": full["$defs"]}), config[key], key, source
+        )
 
 
 def defines(data: Mapping[str, Any], key: str) -> bool:
@@ -379,8 +405,11 @@ def training_origin(config: Mapping[str, Any], dataset: str, method: str, key: s
     >>> training_origin(config, "d", "b", "epochs"), training_origin(config, "d", "b", "image.resize")
     ('methods.b.training.epochs', 'training.image.resize')
     """
-    candidates = [f"methods.{name}.{part}training.{key}" for name in method_chain(config, method)
-                  for part in (f"per_dataset.{dataset}.", "")]
+    candidates = [
+        f"methods.{name}.{part}training.{key}"
+        for name in method_chain(config, method)
+        for part in (f"per_dataset.{dataset}.", "")
+    ]
     candidates.append(f"datasets.{dataset}.training.{key}")
     return next((candidate for candidate in candidates if defines(config, candidate)), f"training.{key}")
 
@@ -389,13 +418,17 @@ def _check_image(image: Mapping[str, Any], origin: Callable[[str], str], run: st
     """The test-time centre crop fits in the resized image (a larger one would pad it with black), and the
     training crops' area range ``crop_scale`` is ``[low, high]``."""
     if image["test_crop"] > image["resize"]:
-        raise ConfigError(f"{origin('image.test_crop')} = {image['test_crop']} px exceeds {origin('image.resize')} "
-                          f"= {image['resize']} px ({run}), so the centre crop would pad the image with black "
-                          f"borders; set test_crop <= resize")
+        raise ConfigError(
+            f"{origin('image.test_crop')} = {image['test_crop']} px exceeds {origin('image.resize')} "
+            f"= {image['resize']} px ({run}), so the centre crop would pad the image with black "
+            f"borders; set test_crop <= resize"
+        )
     low, high = image["crop_scale"]
     if low > high:
-        raise ConfigError(f"{origin('image.crop_scale')} = {[low, high]} ({run}) is not [low, high]: the training "
-                          f"crops' share of the image area runs from low to high; write {[high, low]}")
+        raise ConfigError(
+            f"{origin('image.crop_scale')} = {[low, high]} ({run}) is not [low, high]: the training "
+            f"crops' share of the image area runs from low to high; write {[high, low]}"
+        )
 
 
 def _check_epochs(training: Mapping[str, Any], recipe: str | None, origin: Callable[[str], str], run: str) -> None:
@@ -403,20 +436,26 @@ def _check_epochs(training: Mapping[str, Any], recipe: str | None, origin: Calla
     reference row none."""
     epochs = training["epochs"]
     if recipe == "reference" and epochs != 0:
-        raise ConfigError(f"{origin('epochs')} = {epochs} ({run}), but recipe 'reference' trains nothing; set "
-                          f"training.epochs: 0 in that method's entry")
+        raise ConfigError(
+            f"{origin('epochs')} = {epochs} ({run}), but recipe 'reference' trains nothing; set "
+            f"training.epochs: 0 in that method's entry"
+        )
     if recipe != "reference" and epochs < 1:
-        raise ConfigError(f"{origin('epochs')} = {epochs} ({run}), but recipe {recipe!r} is trained: 0 epochs would "
-                          f"evaluate its untrained network as the method's result; set epochs >= 1 (only recipe: "
-                          f"reference rows have 0)")
+        raise ConfigError(
+            f"{origin('epochs')} = {epochs} ({run}), but recipe {recipe!r} is trained: 0 epochs would "
+            f"evaluate its untrained network as the method's result; set epochs >= 1 (only recipe: "
+            f"reference rows have 0)"
+        )
 
 
 def _check_schedule(training: Mapping[str, Any], origin: Callable[[str], str], run: str) -> None:
     """A step schedule names its milestones (the trainer would stop on the missing key)."""
     if training["schedule"]["name"] == "step" and not training["schedule"].get("milestones"):
-        raise ConfigError(f"{origin('schedule.name')} = 'step' ({run}) needs training.schedule.milestones, the "
-                          f"epochs after which the lr is multiplied by gamma: set them (e.g. "
-                          f"[{max(1, training['epochs'] // 2)}]) or use schedule cosine or constant")
+        raise ConfigError(
+            f"{origin('schedule.name')} = 'step' ({run}) needs training.schedule.milestones, the "
+            f"epochs after which the lr is multiplied by gamma: set them (e.g. "
+            f"[{max(1, training['epochs'] // 2)}]) or use schedule cosine or constant"
+        )
 
 
 def _refuse_large_batch(images: int, side: int, what: Callable[[], str], run: str) -> None:
@@ -424,32 +463,48 @@ def _refuse_large_batch(images: int, side: int, what: Callable[[], str], run: st
     ``what()`` names the keys that set it (built only then)."""
     values = images * 3 * side * side
     if values > MAX_BATCH_VALUES:
-        raise ConfigError(f"{what()} ({run}) make a batch of {values:,} input values, beyond the {MAX_BATCH_VALUES:,} "
-                          f"that one tensor may hold (torch's 32-bit-indexed kernels): lower the batch or the image "
-                          f"size")
+        raise ConfigError(
+            f"{what()} ({run}) make a batch of {values:,} input values, beyond the {MAX_BATCH_VALUES:,} "
+            f"that one tensor may hold (torch's 32-bit-indexed kernels): lower the batch or the image "
+            f"size"
+        )
 
 
 def _check_batch_sizes(training: Mapping[str, Any], origin: Callable[[str], str], run: str) -> None:
     """A training batch (P × K images of ``train_crop``²) and an embedding batch (``eval_batch_size`` images of
     ``test_crop``²) fit in one tensor (:func:`_refuse_large_batch`)."""
     sampler, image = training["sampler"], training["image"]
-    _refuse_large_batch(sampler["classes_per_batch"] * sampler["images_per_class"], image["train_crop"], lambda: (
-        f"{origin('sampler.classes_per_batch')} × {origin('sampler.images_per_class')} = "
-        f"{sampler['classes_per_batch']} × {sampler['images_per_class']} images of {origin('image.train_crop')} = "
-        f"{image['train_crop']} px"), run)
-    _refuse_large_batch(training["eval_batch_size"], image["test_crop"], lambda: (
-        f"{origin('eval_batch_size')} = {training['eval_batch_size']} images of {origin('image.test_crop')} = "
-        f"{image['test_crop']} px"), run)
+    _refuse_large_batch(
+        sampler["classes_per_batch"] * sampler["images_per_class"],
+        image["train_crop"],
+        lambda: (
+            f"{origin('sampler.classes_per_batch')} × {origin('sampler.images_per_class')} = "
+            f"{sampler['classes_per_batch']} × {sampler['images_per_class']} images of {origin('image.train_crop')} = "
+            f"{image['train_crop']} px"
+        ),
+        run,
+    )
+    _refuse_large_batch(
+        training["eval_batch_size"],
+        image["test_crop"],
+        lambda: (
+            f"{origin('eval_batch_size')} = {training['eval_batch_size']} images of {origin('image.test_crop')} = "
+            f"{image['test_crop']} px"
+        ),
+        run,
+    )
 
 
-def check_run_training(config: Mapping[str, Any], dataset: str, method: str, recipe: str | None,
-                       training: Mapping[str, Any]) -> None:
+def check_run_training(
+    config: Mapping[str, Any], dataset: str, method: str, recipe: str | None, training: Mapping[str, Any]
+) -> None:
     """The cross-key rules of one run's resolved ``training`` (the schema checks each key alone): image sizes
     and crop range, epochs for the recipe, the step schedule's milestones, batch sizes.
 
     Raises:
         ConfigError: naming the parameter that sets the value (:func:`training_origin`), the run and the fix.
     """
+
     def origin(key: str) -> str:
         return training_origin(config, dataset, method, key)
 
@@ -491,9 +546,11 @@ def run_yaml_text(run: Mapping[str, Any], configs: Sequence[str | Path]) -> str:
     """The text of a run folder's ``run.yaml`` (:data:`dmlbench.layout.RUN_FILE`): the resolved run
     (:func:`resolve_run`, what the checkpoint stores as ``run``), headed by the command that shows where each
     setting comes from."""
-    command = (f"dmlbench show run --dataset {run['dataset']} --method {run['method']} --seed {run['seed']} "
-               + " ".join(f"--config {config}" for config in configs))
-    return (f"# The resolved settings of this run, written before training (the checkpoint stores the same).\n"
-            f"# From: {', '.join(map(str, configs))}. Where each setting comes from, and the defaults in code:\n"
-            f"#   {command}\n"
-            + yaml.safe_dump(dict(run), sort_keys=False, allow_unicode=True, width=120))
+    command = f"dmlbench show run --dataset {run['dataset']} --method {run['method']} --seed {run['seed']} " + " ".join(
+        f"--config {config}" for config in configs
+    )
+    return (
+        f"# The resolved settings of this run, written before training (the checkpoint stores the same).\n"
+        f"# From: {', '.join(map(str, configs))}. Where each setting comes from, and the defaults in code:\n"
+        f"#   {command}\n" + yaml.safe_dump(dict(run), sort_keys=False, allow_unicode=True, width=120)
+    )

@@ -51,8 +51,10 @@ def is_name(text: object) -> TypeGuard[str]:
 
 def bad_name_message(text: object, what: str = "name") -> str:
     """The one-line error for an invalid name: the value, what it names, and what is allowed."""
-    return (f"{text!r} is not a valid {what}: use only {NAME_RULE} (a name becomes a file name, a "
-            f"Snakemake wildcard and a shell word)")
+    return (
+        f"{text!r} is not a valid {what}: use only {NAME_RULE} (a name becomes a file name, a "
+        f"Snakemake wildcard and a shell word)"
+    )
 
 
 def check_name(text: object, what: str) -> str:

@@ -82,8 +82,9 @@ def _experiments_files(path: Path, listed: Any) -> list[Path]:
     validator = SchemaValidator(schema()["properties"][EXPERIMENTS_KEY])
     error = jsonschema.exceptions.best_match(validator.iter_errors(listed))
     if error is not None:
-        raise ConfigError(f"{path}: {EXPERIMENTS_KEY}: {error.message} (a list of YAML files, relative to "
-                          f"{path.parent})")
+        raise ConfigError(
+            f"{path}: {EXPERIMENTS_KEY}: {error.message} (a list of YAML files, relative to {path.parent})"
+        )
     return [path.parent / name for name in listed]
 
 
@@ -92,9 +93,11 @@ def _load_experiments_file(path: Path) -> dict[str, Any]:
     data = load_yaml(path)
     extra = [key for key in data if key not in EXPERIMENT_SECTIONS]
     if extra:
-        raise ConfigError(f"{path}: an experiments file defines only {list(EXPERIMENT_SECTIONS)}; it sets "
-                          f"{extra}{did_you_mean(str(extra[0]), EXPERIMENT_SECTIONS)} (defaults and datasets "
-                          "belong in params.yaml, overrides in an overlay)")
+        raise ConfigError(
+            f"{path}: an experiments file defines only {list(EXPERIMENT_SECTIONS)}; it sets "
+            f"{extra}{did_you_mean(str(extra[0]), EXPERIMENT_SECTIONS)} (defaults and datasets "
+            "belong in params.yaml, overrides in an overlay)"
+        )
     return data
 
 
@@ -107,9 +110,11 @@ def _check_unique_entries(sources: Sequence[tuple[Path, Mapping[str, Any]]]) -> 
             for entry in data.get(name) or {}:
                 first = owners.setdefault((name, entry), path)
                 if first != path:
-                    raise ConfigError(f"{path}: {name}.{entry} is already defined in {first}; an experiments file "
-                                      "adds entries, it does not redefine them: rename one (an overlay, passed "
-                                      "after params.yaml, is the way to override an entry)")
+                    raise ConfigError(
+                        f"{path}: {name}.{entry} is already defined in {first}; an experiments file "
+                        "adds entries, it does not redefine them: rename one (an overlay, passed "
+                        "after params.yaml, is the way to override an entry)"
+                    )
 
 
 def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
@@ -125,8 +130,10 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
             extra = sorted(set(section_) - {"base", "label", "ensemble_members"})
             base = section_.get("base")
             if base is None or extra:
-                raise ConfigError(f"{source}: methods.{name} is an ensemble (ensemble_members): it needs a 'base' "
-                                  f"(the member method) and may set only 'label'; it sets {extra or 'no base'}")
+                raise ConfigError(
+                    f"{source}: methods.{name} is an ensemble (ensemble_members): it needs a 'base' "
+                    f"(the member method) and may set only 'label'; it sets {extra or 'no base'}"
+                )
             if any("ensemble_members" in config["methods"].get(m, {}) for m in method_chain(config, base)):
                 raise ConfigError(f"{source}: methods.{name}.base = {base!r} is itself an ensemble")
     for name in config.get("methods", {}):
@@ -145,8 +152,9 @@ def validate_config(config: Mapping[str, Any], source: str = "params") -> None:
         if dataset not in config.get("datasets", {}):
             raise ConfigError(f"{source}: pretraining.{dataset} names no dataset under 'datasets'")
         if stage["method"] not in config.get("methods", {}):
-            raise ConfigError(f"{source}: pretraining.{dataset}.method = {stage['method']!r} is not defined under "
-                              "'methods'")
+            raise ConfigError(
+                f"{source}: pretraining.{dataset}.method = {stage['method']!r} is not defined under 'methods'"
+            )
     for name in config.get("methods", {}):
         if checkpoint_source(config, name) is not None:
             check_checkpoint_source(config, name, source)

@@ -39,8 +39,10 @@ def contained(base: str | os.PathLike[str], *parts: str | os.PathLike[str]) -> P
     root = os.path.normpath(os.path.abspath(base))
     target = os.path.normpath(os.path.abspath(path))
     if target != root and not target.startswith(root.rstrip(os.sep) + os.sep):
-        raise PathOutsideError(f"{path}: would be written outside {base} (it resolves to {target}); a name or a "
-                               f"listed path must stay inside its folder: no '..' that leads out, no absolute path")
+        raise PathOutsideError(
+            f"{path}: would be written outside {base} (it resolves to {target}); a name or a "
+            f"listed path must stay inside its folder: no '..' that leads out, no absolute path"
+        )
     return path
 
 
@@ -58,8 +60,9 @@ def _identity(path: Path) -> tuple[str, ...]:
     return ("path", str(resolved))
 
 
-def distinct_outputs(outputs: Mapping[str, str | os.PathLike[str]],
-                     inputs: Mapping[str, str | os.PathLike[str]] | None = None) -> None:
+def distinct_outputs(
+    outputs: Mapping[str, str | os.PathLike[str]], inputs: Mapping[str, str | os.PathLike[str]] | None = None
+) -> None:
     """Refuse, before anything is written, outputs of one command that are one file, or an output that is one
     of its inputs.
 
@@ -75,6 +78,8 @@ def distinct_outputs(outputs: Mapping[str, str | os.PathLike[str]],
         for name, path in paths.items():
             key = _identity(Path(path))
             if key in seen and role == "output":
-                raise SameFileError(f"{name} {path}: is the same file as {seen[key]}, which it would overwrite; "
-                                    f"give each output its own path, different from every input")
+                raise SameFileError(
+                    f"{name} {path}: is the same file as {seen[key]}, which it would overwrite; "
+                    f"give each output its own path, different from every input"
+                )
             seen.setdefault(key, f"{role} {name} {path}")

@@ -46,8 +46,10 @@ def free_slot(devices: int, slots_per_device: int, held: set[Slot]) -> Slot | No
     >>> free_slot(2, 2, {(0, 0), (1, 0)})
     (0, 1)
     """
-    return next(((device, slot) for slot in range(slots_per_device) for device in range(devices)
-                 if (device, slot) not in held), None)
+    return next(
+        ((device, slot) for slot in range(slots_per_device) for device in range(devices) if (device, slot) not in held),
+        None,
+    )
 
 
 def slots_per_device() -> int:
@@ -114,7 +116,8 @@ def acquire_slot(devices: int, per_device: int, lock_dir: Path) -> Slot:
             raise GpuSlotsBusyError(
                 f"all {devices * per_device} GPU slots busy ({devices} GPU(s) × {SLOTS_ENV}={per_device}; "
                 f"locks in {lock_dir}); run at most that many GPU jobs at once (snakemake --resources "
-                f"gpu={devices * per_device}) or raise {SLOTS_ENV}")
+                f"gpu={devices * per_device}) or raise {SLOTS_ENV}"
+            )
         _create_lock(lock_path(lock_dir, slot))
     return slot
 
@@ -138,8 +141,7 @@ def _cuda_count() -> int:
 
 
 @contextmanager
-def claim_device(name: str, device_count: int | None = None,
-                 lock_root: Path = DEFAULT_LOCK_ROOT) -> Iterator[str]:
+def claim_device(name: str, device_count: int | None = None, lock_root: Path = DEFAULT_LOCK_ROOT) -> Iterator[str]:
     """Yield the device name a job should use, holding a GPU slot while it runs when there is a choice.
 
     ``name`` other than ``auto``, or fewer than two CUDA devices: ``name`` itself, nothing is locked.
@@ -162,8 +164,11 @@ def claim_device(name: str, device_count: int | None = None,
     lock_dir = Path(lock_root) / host_name()
     per_device = slots_per_device()
     slot = acquire_slot(devices, per_device, lock_dir)
-    print(f"[dmlbench] device cuda:{slot[0]} (slot {slot[1] + 1} of {per_device} on GPU {slot[0]} of {devices}; "
-          f"lock {lock_path(lock_dir, slot)})", flush=True)
+    print(
+        f"[dmlbench] device cuda:{slot[0]} (slot {slot[1] + 1} of {per_device} on GPU {slot[0]} of {devices}; "
+        f"lock {lock_path(lock_dir, slot)})",
+        flush=True,
+    )
     try:
         yield f"cuda:{slot[0]}"
     finally:

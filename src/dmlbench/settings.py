@@ -70,8 +70,14 @@ def _required(field: dataclasses.Field) -> bool:
     return field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
 
 
-def parse_dataclass(cls: type[T], values: Mapping[str, Any] | None, where: str, *,
-                    error: type[Exception] = SettingsError, what: str = "a setting") -> T:
+def parse_dataclass(
+    cls: type[T],
+    values: Mapping[str, Any] | None,
+    where: str,
+    *,
+    error: type[Exception] = SettingsError,
+    what: str = "a setting",
+) -> T:
     """Build the frozen dataclass ``cls`` from the section ``values``, checking every key against its fields.
 
     A field whose type is itself a dataclass is parsed from its sub-section (errors at ``where.key.sub``);
@@ -118,8 +124,10 @@ def parse_dataclass(cls: type[T], values: Mapping[str, Any] | None, where: str, 
         raise error(f"{where}.{key} is not {what}{did_you_mean(str(key), fields)}; known: {', '.join(fields)}")
     missing = [name for name, field in fields.items() if _required(field) and name not in given]
     if missing:
-        raise error(f"{where}.{missing[0]} is not set and has no default: set it (the section has "
-                    f"{', '.join(map(str, given)) or 'no keys'})")
+        raise error(
+            f"{where}.{missing[0]} is not set and has no default: set it (the section has "
+            f"{', '.join(map(str, given)) or 'no keys'})"
+        )
     parsed: dict[str, Any] = {}
     for key, value in given.items():
         if key not in fields:
@@ -164,8 +172,13 @@ class BackboneSettings:
     @property
     def section(self) -> dict[str, Any]:
         """The section as :func:`dmlbench.models.backbones.build_backbone` takes it (a new dict)."""
-        return {"name": self.name, **dict(self.builder_arguments), "pretrained": self.pretrained,
-                "freeze_bn": self.freeze_bn, "frozen_through": self.frozen_through}
+        return {
+            "name": self.name,
+            **dict(self.builder_arguments),
+            "pretrained": self.pretrained,
+            "freeze_bn": self.freeze_bn,
+            "frozen_through": self.frozen_through,
+        }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,8 +62,9 @@ def split_configs(items: Sequence[str] | None) -> tuple[list[str], dict[str, Any
             files.append(item)
             continue
         if not key or any(not part for part in key.split(".")):
-            raise ConfigError(f"--config {item!r}: expected a parameter file or KEY=VALUE with a dotted KEY such as "
-                              f"training.epochs=3")
+            raise ConfigError(
+                f"--config {item!r}: expected a parameter file or KEY=VALUE with a dotted KEY such as training.epochs=3"
+            )
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as err:
@@ -108,9 +109,15 @@ def code_source(obj: Callable[..., Any] | type, name: str, owner: str) -> str:
     if file is None:
         return f"default in code ({owner}.{name})"
     tree = ast.parse(textwrap.dedent("".join(lines)))
-    line = next((node.lineno for node in ast.walk(tree)
-                 if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name)
-                 or (isinstance(node, ast.arg) and node.arg == name)), 1)
+    line = next(
+        (
+            node.lineno
+            for node in ast.walk(tree)
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name)
+            or (isinstance(node, ast.arg) and node.arg == name)
+        ),
+        1,
+    )
     return f"default in code: {shown_path(file)}:{start + line - 1} ({owner}.{name})"
 
 
@@ -130,24 +137,45 @@ def code_defaults(run: Mapping[str, Any]) -> list[Setting]:
         for field in dataclasses.fields(options_class):
             if field.name not in given:
                 default = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
-                found.append(Setting(("method_config", "options", field.name), _plain(default), "",
-                                     code_source(options_class, field.name, options_class.__name__)))
+                found.append(
+                    Setting(
+                        ("method_config", "options", field.name),
+                        _plain(default),
+                        "",
+                        code_source(options_class, field.name, options_class.__name__),
+                    )
+                )
     loss = method.get("loss")
     loss_name = loss.get("name") if isinstance(loss, Mapping) else None
     loss_class = registry.LOSS_CLASSES.get(loss_name) if isinstance(loss_name, str) else None
     if loss_class is not None:
         for key, default in registry.loss_defaults(loss["name"]).items():
             if key not in loss:
-                found.append(Setting(("method_config", "loss", key), _plain(default), "",
-                                     code_source(loss_class.__init__, key, loss_class.__name__)))
+                found.append(
+                    Setting(
+                        ("method_config", "loss", key),
+                        _plain(default),
+                        "",
+                        code_source(loss_class.__init__, key, loss_class.__name__),
+                    )
+                )
     backbone = run["training"]["backbone"]
     builder = BACKBONES.get(backbone.get("name"))
     if builder is not None:
         for parameter in inspect.signature(builder).parameters.values():
-            if parameter.default is not parameter.empty and parameter.name not in MODEL_KEYS \
-                    and backbone.get(parameter.name) is None:
-                found.append(Setting(("training", "backbone", parameter.name), _plain(parameter.default), "",
-                                     code_source(builder, parameter.name, builder.__name__)))
+            if (
+                parameter.default is not parameter.empty
+                and parameter.name not in MODEL_KEYS
+                and backbone.get(parameter.name) is None
+            ):
+                found.append(
+                    Setting(
+                        ("training", "backbone", parameter.name),
+                        _plain(parameter.default),
+                        "",
+                        code_source(builder, parameter.name, builder.__name__),
+                    )
+                )
     return found
 
 
@@ -161,11 +189,14 @@ def with_defaults(settings: list[Setting], defaults: list[Setting]) -> list[Sett
         if default.path in by_path:
             null = settings[by_path[default.path]]
             result[by_path[default.path]] = dataclasses.replace(
-                default, source=f"{default.source}; null in {null.source} leaves it to the code")
+                default, source=f"{default.source}; null in {null.source} leaves it to the code"
+            )
             continue
         parent = default.path[:-1]
-        anchor = max((i for i, setting in enumerate(settings) if setting.path[:len(parent)] == parent),
-                     default=max((i for i, s in enumerate(settings) if s.path[0] == parent[0]), default=len(settings)))
+        anchor = max(
+            (i for i, setting in enumerate(settings) if setting.path[: len(parent)] == parent),
+            default=max((i for i, s in enumerate(settings) if s.path[0] == parent[0]), default=len(settings)),
+        )
         after.setdefault(anchor, []).append(default)
     merged: list[Setting] = []
     for i, setting in enumerate(result):
@@ -179,12 +210,16 @@ def with_defaults(settings: list[Setting], defaults: list[Setting]) -> list[Sett
 def _method_note(config: Mapping[str, Any], method: str) -> str:
     ensemble = ensemble_spec(config, method)
     if ensemble is not None:
-        return (f"# {method} is an ensemble: it is not trained; its seed s concatenates {ensemble[1]} runs of "
-                f"{ensemble[0]} (the settings below are those of each member)\n")
+        return (
+            f"# {method} is an ensemble: it is not trained; its seed s concatenates {ensemble[1]} runs of "
+            f"{ensemble[0]} (the settings below are those of each member)\n"
+        )
     trained = checkpoint_source(config, method)
     if trained is not None:
-        return (f"# {method} is not trained: it re-embeds {trained}'s checkpoints with its own test-time options "
-                f"(checkpoint_of)\n")
+        return (
+            f"# {method} is not trained: it re-embeds {trained}'s checkpoints with its own test-time options "
+            f"(checkpoint_of)\n"
+        )
     return ""
 
 
@@ -194,11 +229,17 @@ def show_run(args: argparse.Namespace) -> str:
     run = resolve_run(config, args.dataset, args.method, seed)
     settings = with_defaults(run_settings(layers, config, run), code_defaults(run))
     if args.seed is None:
-        settings = [dataclasses.replace(setting, parameter="seeds", source=f"the first of {layers.where(('seeds',))}")
-                    if setting.path == ("seed",) else setting for setting in settings]
-    return (f"# run {args.dataset}/{args.method}/seed{seed} from {name}: each effective setting, then where it is "
-            f"set (file:line) and the parameter that sets it\n{_method_note(config, args.method)}"
-            + format_settings(settings))
+        settings = [
+            dataclasses.replace(setting, parameter="seeds", source=f"the first of {layers.where(('seeds',))}")
+            if setting.path == ("seed",)
+            else setting
+            for setting in settings
+        ]
+    return (
+        f"# run {args.dataset}/{args.method}/seed{seed} from {name}: each effective setting, then where it is "
+        f"set (file:line) and the parameter that sets it\n{_method_note(config, args.method)}"
+        + format_settings(settings)
+    )
 
 
 def show_method(args: argparse.Namespace) -> str:
@@ -209,15 +250,22 @@ def show_method(args: argparse.Namespace) -> str:
     rows = []
     for depth, member in enumerate(chain):
         entry = config["methods"][member]
-        where = ", ".join(layer.where(("methods", member)) for layer in layers.layers
-                          if "methods" in layer.data and member in (layer.data["methods"] or {}))
+        where = ", ".join(
+            layer.where(("methods", member))
+            for layer in layers.layers
+            if "methods" in layer.data and member in (layer.data["methods"] or {})
+        )
         where = where or generated_from(config, layers, ("methods", member))
         keys = ", ".join(key for key in entry if key != "base")
         rows.append((f"{'  ' * depth}{'base: ' if depth else ''}{member}", where, keys))
     width = max(len(row[0]) for row in rows)
     on = f" on dataset {args.dataset}" if args.dataset else ""
-    lines = [(f"# the base chain of {args.method} from {name}: each entry is merged over its base (its own keys "
-              f"win{', then its per_dataset' if args.dataset else ''})\n")]
+    lines = [
+        (
+            f"# the base chain of {args.method} from {name}: each entry is merged over its base (its own keys "
+            f"win{', then its per_dataset' if args.dataset else ''})\n"
+        )
+    ]
     lines += [f"{text:<{width}}  # {where}  sets {keys or 'nothing'}\n" for text, where, keys in rows]
     resolved = resolve_method(config, args.method, args.dataset)
     lines.append(f"# methods.{args.method} resolved{on}:\n{_method_note(config, args.method)}")

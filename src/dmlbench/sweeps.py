@@ -101,8 +101,10 @@ def fill_template(template: str, values: Mapping[str, str], where: str) -> str:
     """
     unknown = sorted(set(_PLACEHOLDER.findall(template)) - set(values))
     if unknown:
-        raise ConfigError(f"{where} = {template!r} names {unknown}, which are not axes of the sweep (axes: "
-                          f"{sorted(values)}){did_you_mean(unknown[0], values)}")
+        raise ConfigError(
+            f"{where} = {template!r} names {unknown}, which are not axes of the sweep (axes: "
+            f"{sorted(values)}){did_you_mean(unknown[0], values)}"
+        )
     literal = _PLACEHOLDER.sub("", template)
     if "{" in literal or "}" in literal:
         raise ConfigError(f"{where} = {template!r}: braces only surround an axis name ({{axis}})")
@@ -142,10 +144,12 @@ def _check_axis_key(config: Mapping[str, Any], sweep: str, spec: Mapping[str, An
     for part in parts[: depth - 1]:
         parent = parent[part]
     siblings = sorted(parent) if isinstance(parent, Mapping) else []
-    raise ConfigError(f"{where}: {spec['base']} (the sweep's base, with its bases and 'set') has no setting "
-                      f"{'.'.join(parts[:depth])!r}{did_you_mean(parts[depth - 1], siblings)}; it has "
-                      f"{siblings} there. A sweep varies a setting the base already states: correct the key, or "
-                      f"state the setting in the base (or in 'set')")
+    raise ConfigError(
+        f"{where}: {spec['base']} (the sweep's base, with its bases and 'set') has no setting "
+        f"{'.'.join(parts[:depth])!r}{did_you_mean(parts[depth - 1], siblings)}; it has "
+        f"{siblings} there. A sweep varies a setting the base already states: correct the key, or "
+        f"state the setting in the base (or in 'set')"
+    )
 
 
 def _combination(spec: Mapping[str, Any], sweep: str, listed: Any, where: str) -> tuple[Any, ...]:
@@ -158,12 +162,15 @@ def _combination(spec: Mapping[str, Any], sweep: str, listed: Any, where: str) -
     if not isinstance(listed, Mapping) or set(listed) != set(axes):
         given = sorted(listed) if isinstance(listed, Mapping) else listed
         example = ", ".join(f"{axis}: {spec_['values'][0]!r}" for axis, spec_ in axes.items())
-        raise ConfigError(f"{SWEEPS_KEY}.{sweep}.{where} = {given!r}: give one value of each axis {sorted(axes)}, "
-                          f"e.g. {{{example}}}")
+        raise ConfigError(
+            f"{SWEEPS_KEY}.{sweep}.{where} = {given!r}: give one value of each axis {sorted(axes)}, e.g. {{{example}}}"
+        )
     for axis, value in listed.items():
         if not any(value == v and type(value) is type(v) for v in axes[axis]["values"]):
-            raise ConfigError(f"{SWEEPS_KEY}.{sweep}.{where}: {axis} = {value!r} is not one of "
-                              f"axes.{axis}.values {axes[axis]['values']}")
+            raise ConfigError(
+                f"{SWEEPS_KEY}.{sweep}.{where}: {axis} = {value!r} is not one of "
+                f"axes.{axis}.values {axes[axis]['values']}"
+            )
     return tuple(listed[axis] for axis in axes)
 
 
@@ -183,8 +190,10 @@ def _combinations(spec: Mapping[str, Any], sweep: str) -> list[tuple[Any, ...]]:
     skipped = [_combination(spec, sweep, item, f"skip.{i}") for i, item in enumerate(spec.get("skip") or [])]
     combos = [combo for combo in grid if combo not in skipped]
     if not combos:
-        raise ConfigError(f"{SWEEPS_KEY}.{sweep}: 'skip' removes every point of the grid; the sweep generates "
-                          f"no method (drop the sweep, or skip fewer points)")
+        raise ConfigError(
+            f"{SWEEPS_KEY}.{sweep}: 'skip' removes every point of the grid; the sweep generates "
+            f"no method (drop the sweep, or skip fewer points)"
+        )
     return combos
 
 
@@ -194,8 +203,10 @@ def _label_texts(spec: Mapping[str, Any], sweep: str, axis: str) -> list[str]:
     if labels is None:
         return [value_text(v) for v in values]
     if len(labels) != len(values):
-        raise ConfigError(f"{SWEEPS_KEY}.{sweep}.axes.{axis}.label has {len(labels)} texts for {len(values)} "
-                          f"values: give one per value, in the order of values")
+        raise ConfigError(
+            f"{SWEEPS_KEY}.{sweep}.axes.{axis}.label has {len(labels)} texts for {len(values)} "
+            f"values: give one per value, in the order of values"
+        )
     return list(labels)
 
 
@@ -210,8 +221,10 @@ def _point_name(sweep: str, spec: Mapping[str, Any], combo: Sequence[Any]) -> st
     template = spec.get("name", sweep + "".join(f"_{axis}{{{axis}}}" for axis in axes))
     name = fill_template(template, tokens, f"{SWEEPS_KEY}.{sweep}.name")
     if not is_name(name):
-        raise ConfigError(f"{SWEEPS_KEY}.{sweep}.name gives {bad_name_message(name, 'method name')}: write the "
-                          f"template (and string values) with lower-case letters, digits and _ only")
+        raise ConfigError(
+            f"{SWEEPS_KEY}.{sweep}.name gives {bad_name_message(name, 'method name')}: write the "
+            f"template (and string values) with lower-case letters, digits and _ only"
+        )
     return name
 
 
@@ -227,12 +240,16 @@ def point_names(sweep: str, spec: Mapping[str, Any]) -> list[str]:
 def _entry(config: Mapping[str, Any], sweep: str, spec: Mapping[str, Any], combo: Sequence[Any]) -> dict[str, Any]:
     """The method entry of one point of a sweep."""
     axes = list(spec["axes"])
-    texts = {axis: _label_texts(spec, sweep, axis)[spec["axes"][axis]["values"].index(value)]
-             for axis, value in zip(axes, combo, strict=True)}
+    texts = {
+        axis: _label_texts(spec, sweep, axis)[spec["axes"][axis]["values"].index(value)]
+        for axis, value in zip(axes, combo, strict=True)
+    }
     base_label = resolve_method(config, spec["base"]).get("label", spec["base"])
     label_template = spec.get("label", base_label + " (" + ", ".join(f"{axis} = {{{axis}}}" for axis in axes) + ")")
-    entry: dict[str, Any] = {"base": spec["base"],
-                             "label": fill_template(label_template, texts, f"{SWEEPS_KEY}.{sweep}.label")}
+    entry: dict[str, Any] = {
+        "base": spec["base"],
+        "label": fill_template(label_template, texts, f"{SWEEPS_KEY}.{sweep}.label"),
+    }
     entry = deep_merge(entry, spec.get("set") or {})
     for axis, value in zip(axes, combo, strict=True):
         entry = deep_merge(entry, nested(spec["axes"][axis]["key"], value))
@@ -251,16 +268,20 @@ def sweep_points(config: Mapping[str, Any]) -> dict[str, Point]:
     points: dict[str, Point] = {}
     for sweep, spec in sweeps.items():
         if spec["base"] not in (config.get("methods") or {}):
-            raise ConfigError(f"{SWEEPS_KEY}.{sweep}.base = {spec['base']!r} is not defined under 'methods'"
-                              f"{did_you_mean(spec['base'], config.get('methods') or {})}")
+            raise ConfigError(
+                f"{SWEEPS_KEY}.{sweep}.base = {spec['base']!r} is not defined under 'methods'"
+                f"{did_you_mean(spec['base'], config.get('methods') or {})}"
+            )
         for axis in spec["axes"]:
             _check_axis_key(config, sweep, spec, axis)
         for combo in _combinations(spec, sweep):
             name = _point_name(sweep, spec, combo)
             if name in points:
                 other = points[name].sweep
-                raise ConfigError(f"{SWEEPS_KEY}.{sweep} generates {name!r} twice (also from sweep {other!r}); "
-                                  f"make the 'name' templates tell the points apart (name every axis)")
+                raise ConfigError(
+                    f"{SWEEPS_KEY}.{sweep} generates {name!r} twice (also from sweep {other!r}); "
+                    f"make the 'name' templates tell the points apart (name every axis)"
+                )
             points[name] = Point(sweep, dict(zip(spec["axes"], combo, strict=True)))
     return points
 
@@ -320,9 +341,11 @@ def check_written_points(sources: Sequence[tuple[Path, Mapping[str, Any]]]) -> N
                         merged = deep_merge(merged, part)
                     generated = generated_entries(merged)
                 if merged["methods"][name] != generated.get(name):  # equal: a dump of merged params read back
-                    raise ConfigError(f"{path}: {SWEEPS_KEY}.{sweep} generates method {name!r}, which "
-                                      f"{written[name]} writes under 'methods' too: remove that entry (the sweep "
-                                      f"replaces it) or rename one of them (an overlay may override a point)")
+                    raise ConfigError(
+                        f"{path}: {SWEEPS_KEY}.{sweep} generates method {name!r}, which "
+                        f"{written[name]} writes under 'methods' too: remove that entry (the sweep "
+                        f"replaces it) or rename one of them (an overlay may override a point)"
+                    )
 
 
 def sweep_keys(config: Mapping[str, Any], method: str, exclude: Sequence[str] = ()) -> list[str] | None:
@@ -335,8 +358,9 @@ def sweep_keys(config: Mapping[str, Any], method: str, exclude: Sequence[str] = 
     >>> sweep_keys(config, "s_k2", exclude=["label"]), sweep_keys(config, "a")
     (['sweeps.s.base', 'sweeps.s.axes.k.key', 'sweeps.s.axes.k.values'], None)
     """
-    sweep = next((name for name, spec in (config.get(SWEEPS_KEY) or {}).items() if method in point_names(name, spec)),
-                 None)  # the names alone: the workflow asks this for every job, and expansion checked the rest
+    sweep = next(
+        (name for name, spec in (config.get(SWEEPS_KEY) or {}).items() if method in point_names(name, spec)), None
+    )  # the names alone: the workflow asks this for every job, and expansion checked the rest
     if sweep is None:
         return None
     prefix = f"{SWEEPS_KEY}.{sweep}"

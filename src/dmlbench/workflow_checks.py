@@ -59,8 +59,10 @@ def overrides_overlay(overrides: Mapping[str, Any], folder: Path = OVERRIDES_FOL
     if not overrides:
         return None
     if EXPERIMENTS_KEY in overrides:
-        raise ConfigError(f"--config {EXPERIMENTS_KEY}=...: experiments files cannot be given on the command "
-                          f"line; list them under `{EXPERIMENTS_KEY}:` in an overlay and pass it with --configfile")
+        raise ConfigError(
+            f"--config {EXPERIMENTS_KEY}=...: experiments files cannot be given on the command "
+            f"line; list them under `{EXPERIMENTS_KEY}:` in an overlay and pass it with --configfile"
+        )
     text = yaml.safe_dump(dict(overrides), sort_keys=True)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return write_text_atomic(folder / f"config_overrides-{digest}.yaml", text)
@@ -76,8 +78,11 @@ def is_snakemake_command(argv: Sequence[str]) -> bool:
 def configfile_options(argv: Sequence[str]) -> list[str]:
     """The ``--configfile``/``--configfiles`` options in ``argv``, as written (``--configfile=a.yaml`` and the
     abbreviations argparse accepts, such as ``--configf``, included)."""
-    return [arg for arg in argv
-            if (name := arg.split("=", 1)[0]).startswith("--configf") and "--configfiles".startswith(name)]
+    return [
+        arg
+        for arg in argv
+        if (name := arg.split("=", 1)[0]).startswith("--configf") and "--configfiles".startswith(name)
+    ]
 
 
 def check_one_configfile_option(argv: Sequence[str]) -> None:
@@ -89,9 +94,11 @@ def check_one_configfile_option(argv: Sequence[str]) -> None:
     """
     options = configfile_options(argv) if is_snakemake_command(argv) else []
     if len(options) > 1:
-        raise ConfigError(f"--configfile given {len(options)} times ({', '.join(options)}): Snakemake would use "
-                          f"only the overlays after the last one; give every overlay after one --configfile: "
-                          f"--configfile a.yaml b.yaml")
+        raise ConfigError(
+            f"--configfile given {len(options)} times ({', '.join(options)}): Snakemake would use "
+            f"only the overlays after the last one; give every overlay after one --configfile: "
+            f"--configfile a.yaml b.yaml"
+        )
 
 
 def _entries(folder: Path, depth: int) -> Iterator[os.DirEntry[str]]:
@@ -107,8 +114,9 @@ def _entries(folder: Path, depth: int) -> Iterator[os.DirEntry[str]]:
         return
 
 
-def future_dated_files(trees: Mapping[str, int] = CHECKED_TREES, now: float | None = None,
-                       slack: float = FUTURE_SLACK_SECONDS) -> list[tuple[Path, float]]:
+def future_dated_files(
+    trees: Mapping[str, int] = CHECKED_TREES, now: float | None = None, slack: float = FUTURE_SLACK_SECONDS
+) -> list[tuple[Path, float]]:
     """The files and folders in ``trees`` (folder → levels checked below it) modified more than ``slack``
     seconds after ``now`` (default: this machine's clock), each with how many seconds it is ahead; sorted."""
     now = time.time() if now is None else now
@@ -124,23 +132,29 @@ def future_dated_files(trees: Mapping[str, int] = CHECKED_TREES, now: float | No
     return sorted(found)
 
 
-def _future_dated_message(found: Sequence[tuple[Path, float]], trees: Mapping[str, int], now: float,
-                          slack: float) -> str:
+def _future_dated_message(
+    found: Sequence[tuple[Path, float]], trees: Mapping[str, int], now: float, slack: float
+) -> str:
     """The error for :func:`check_no_future_dated_files`: the files, how far ahead, and the fix."""
     listed = "\n".join(f"  {path} ({ahead / 3600:.1f} h ahead)" for path, ahead in found[:LISTED_FILES])
     more = f"\n  ... and {len(found) - LISTED_FILES} more" if len(found) > LISTED_FILES else ""
     roots = sorted({root for root in trees if any(Path(root) in path.parents for path, _ in found)})
-    find = (f"find {' '.join(shlex.quote(root) for root in roots)} -newermt @{now + slack:.0f} "
-            f"-exec touch -c -h -d @{now:.0f} {{}} +")
-    return (f"{len(found)} file(s) of the workflow are modified in the future (more than {slack:.0f} s after this "
-            f"machine's clock, {datetime.fromtimestamp(now):%Y-%m-%d %H:%M:%S}); Snakemake would take every output "
-            f"made from them as out of date and delete and redo it, finished checkpoints included:\n{listed}{more}\n"
-            f"Fix: if this machine's clock is behind, set it right; otherwise give those files the current time "
-            f"(one time for all of them):\n  {find}\nthen look at what `snakemake -n` would rerun before running it.")
+    find = (
+        f"find {' '.join(shlex.quote(root) for root in roots)} -newermt @{now + slack:.0f} "
+        f"-exec touch -c -h -d @{now:.0f} {{}} +"
+    )
+    return (
+        f"{len(found)} file(s) of the workflow are modified in the future (more than {slack:.0f} s after this "
+        f"machine's clock, {datetime.fromtimestamp(now):%Y-%m-%d %H:%M:%S}); Snakemake would take every output "
+        f"made from them as out of date and delete and redo it, finished checkpoints included:\n{listed}{more}\n"
+        f"Fix: if this machine's clock is behind, set it right; otherwise give those files the current time "
+        f"(one time for all of them):\n  {find}\nthen look at what `snakemake -n` would rerun before running it."
+    )
 
 
-def check_no_future_dated_files(trees: Mapping[str, int] = CHECKED_TREES, now: float | None = None,
-                                slack: float = FUTURE_SLACK_SECONDS) -> None:
+def check_no_future_dated_files(
+    trees: Mapping[str, int] = CHECKED_TREES, now: float | None = None, slack: float = FUTURE_SLACK_SECONDS
+) -> None:
     """Stop when a file of the workflow is dated in the future (see :func:`future_dated_files`).
 
     Raises:

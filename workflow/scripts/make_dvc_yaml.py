@@ -145,21 +145,32 @@ def dry_run(targets: list[str], configfiles: list[Path]) -> list[dict[str, Any]]
     class JobInfo(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             if getattr(record, "event", None) == LogEvent.JOB_INFO:
-                jobs.append({"rule": record.rule_name, "wildcards": dict(record.wildcards),
-                             "input": list(record.input), "output": list(record.output), "log": list(record.log),
-                             "shellcmd": record.shellcmd})
+                jobs.append(
+                    {
+                        "rule": record.rule_name,
+                        "wildcards": dict(record.wildcards),
+                        "input": list(record.input),
+                        "output": list(record.output),
+                        "log": list(record.log),
+                        "shellcmd": record.shellcmd,
+                    }
+                )
 
     handler = JobInfo()
     logger = logging.getLogger("snakemake.logging")
     with contextlib.redirect_stdout(io.StringIO()), SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
         logger.addHandler(handler)
         try:
-            workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1),
-                                        config_settings=ConfigSettings(configfiles=configfiles),
-                                        snakefile=ROOT / "Snakefile", workdir=ROOT)
+            workflow_api = api.workflow(
+                resource_settings=ResourceSettings(cores=1),
+                config_settings=ConfigSettings(configfiles=configfiles),
+                snakefile=ROOT / "Snakefile",
+                workdir=ROOT,
+            )
             dag_api = workflow_api.dag(DAGSettings(targets=set(targets), forceall=True))
-            dag_api.execute_workflow(executor="dryrun",
-                                     execution_settings=ExecutionSettings(lock=False, ignore_incomplete=True))
+            dag_api.execute_workflow(
+                executor="dryrun", execution_settings=ExecutionSettings(lock=False, ignore_incomplete=True)
+            )
         finally:
             logger.removeHandler(handler)
     return jobs
@@ -182,17 +193,23 @@ def param_files(paths: list[Path]) -> Callable[[str], tuple[str, ...]]:
     return files
 
 
-def to_spec(info: Mapping[str, Any], param_keys: Mapping, files: Callable[[str], tuple[str, ...]],
-            config: Mapping[str, Any]) -> Spec:
+def to_spec(
+    info: Mapping[str, Any], param_keys: Mapping, files: Callable[[str], tuple[str, ...]], config: Mapping[str, Any]
+) -> Spec:
     """A job of :func:`dry_run` as a :class:`Spec`; ``param_keys``: :data:`dmlbench.workflow_params.PARAM_KEYS`,
     ``files``: :func:`param_files`, ``config``: the merged parameters (for the job's run: :func:`run_entries`)."""
     wildcards = info["wildcards"]
     keys = param_keys.get(info["rule"])
     params = tuple((file, key) for key in (keys(SimpleNamespace(**wildcards)) if keys else ()) for file in files(key))
     command = creating_dirs(info["shellcmd"], [*info["output"], *info["log"]])
-    return Spec(command, tuple(sorted(map(str, info["input"]))), tuple(map(str, info["output"])),
-                tuple(map(str, info["log"])), params,
-                code_deps(subcommand(command), run_entries(config, subcommand(command), wildcards, info["input"])))
+    return Spec(
+        command,
+        tuple(sorted(map(str, info["input"]))),
+        tuple(map(str, info["output"])),
+        tuple(map(str, info["log"])),
+        params,
+        code_deps(subcommand(command), run_entries(config, subcommand(command), wildcards, info["input"])),
+    )
 
 
 def templates_of(members: list[tuple[Mapping[str, str], Spec]]) -> list[Spec]:
@@ -205,12 +222,20 @@ def templates_of(members: list[tuple[Mapping[str, str], Spec]]) -> list[Spec]:
     commands = aligned_templates([spec.command for _, spec in members], wildcard_sets)
     templates = []
     for (wildcards, spec), command in zip(members, commands, strict=True):
+
         def item(text: str, wildcards: Mapping[str, str] = wildcards) -> str:
             return templated(text, wildcards, literals)
 
-        templates.append(replace(spec, command=command, inputs=tuple(sorted(map(item, spec.inputs))),
-                                 outputs=tuple(map(item, spec.outputs)), logs=tuple(map(item, spec.logs)),
-                                 params=tuple((file, item(key)) for file, key in spec.params)))
+        templates.append(
+            replace(
+                spec,
+                command=command,
+                inputs=tuple(sorted(map(item, spec.inputs))),
+                outputs=tuple(map(item, spec.outputs)),
+                logs=tuple(map(item, spec.logs)),
+                params=tuple((file, item(key)) for file, key in spec.params),
+            )
+        )
     return templates
 
 
@@ -225,7 +250,7 @@ def _literal(tokens: Iterable[str], values: Iterable[str | None]) -> str | None:
     for token, value in zip(tokens, values, strict=True):
         if not value or not token.endswith(value):
             return None
-        literals.add(token[:len(token) - len(value)])
+        literals.add(token[: len(token) - len(value)])
     return literals.pop() if len(literals) == 1 else None
 
 
@@ -241,8 +266,9 @@ def _aligned(texts: list[str], wildcard_sets: list[Mapping[str, str]]) -> Iterat
             if separator is not None:
                 continue
             for name in wildcard_sets[indices[0]]:
-                literal = _literal([tokens[i][position] for i in indices],
-                                   [wildcard_sets[i].get(name) for i in indices])
+                literal = _literal(
+                    [tokens[i][position] for i in indices], [wildcard_sets[i].get(name) for i in indices]
+                )
                 if literal is not None:
                     yield indices, position, name, literal
                     break
@@ -287,12 +313,18 @@ def templated(text: str, wildcards: Mapping[str, str], literals: Mapping[str, se
 
 def instantiate(template: Spec, wildcards: Mapping[str, str]) -> Spec:
     """The job that ``template`` stands for with these wildcard values (what DVC's foreach does)."""
+
     def fill(text: str) -> str:
         return re.sub(r"\$\{item\.(\w+)\}", lambda match: wildcards[match.group(1)], text)
 
-    return replace(template, command=fill(template.command), inputs=tuple(sorted(map(fill, template.inputs))),
-                   outputs=tuple(map(fill, template.outputs)), logs=tuple(map(fill, template.logs)),
-                   params=tuple((file, fill(key)) for file, key in template.params))
+    return replace(
+        template,
+        command=fill(template.command),
+        inputs=tuple(sorted(map(fill, template.inputs))),
+        outputs=tuple(map(fill, template.outputs)),
+        logs=tuple(map(fill, template.logs)),
+        params=tuple((file, fill(key)) for file, key in template.params),
+    )
 
 
 def subcommand(command: str) -> str:
@@ -329,8 +361,9 @@ def _registry_modules() -> frozenset[str]:
     return frozenset(modules)
 
 
-def run_entries(config: Mapping[str, Any], name: str, wildcards: Mapping[str, str],
-                inputs: Iterable[str] = ()) -> tuple[tuple[str, str], ...] | None:
+def run_entries(
+    config: Mapping[str, Any], name: str, wildcards: Mapping[str, str], inputs: Iterable[str] = ()
+) -> tuple[tuple[str, str], ...] | None:
     """The registry entries (``(kind, name)``: recipe, loss, backbone) of the runs that ``dmlbench <name>`` runs
     in a job with these wildcards and inputs: the run of its ``dataset`` and ``method`` wildcards, which it
     trains, tunes or embeds (``pretrain``: the dataset's pretraining run), else the runs whose files it reads
@@ -343,15 +376,21 @@ def run_entries(config: Mapping[str, Any], name: str, wildcards: Mapping[str, st
     elif {"dataset", "method"} <= set(wildcards):  # train, embed, tune: the run of this dataset and method
         runs = {(wildcards["dataset"], wildcards["method"])}
     else:
-        runs = {(parts[2], parts[3]) for parts in (path.split("/") for path in inputs)
-                if parts[:2] == ["results", "runs"] and len(parts) > 4}
+        runs = {
+            (parts[2], parts[3])
+            for parts in (path.split("/") for path in inputs)
+            if parts[:2] == ["results", "runs"] and len(parts) > 4
+        }
     if not runs:
         return None
     entries = set()
     for dataset, method in runs:
         run = resolve_run(config, dataset, method, 0)
-        named = {"recipe": run["method_config"].get("recipe"), "backbone": run["training"]["backbone"].get("name"),
-                 "loss": (run["method_config"].get("loss") or {}).get("name")}
+        named = {
+            "recipe": run["method_config"].get("recipe"),
+            "backbone": run["training"]["backbone"].get("name"),
+            "loss": (run["method_config"].get("loss") or {}).get("name"),
+        }
         entries.update((kind, entry) for kind, entry in named.items() if entry is not None)
     return tuple(sorted(entries))
 
@@ -388,21 +427,43 @@ def code_deps(name: str, entries: tuple[tuple[str, str], ...] | None = None) -> 
     all of them. Each module is its file; a package brings its data files; a folder all of whose files are
     needed is named as the folder (:func:`folded`)."""
     cli = ast.parse((PACKAGE_DIR / "cli.py").read_text())
-    function = next((node for node in cli.body if isinstance(node, ast.FunctionDef)
-                     and node.name == f"cmd_{name.replace('-', '_')}"), None)
+    function = next(
+        (
+            node
+            for node in cli.body
+            if isinstance(node, ast.FunctionDef) and node.name == f"cmd_{name.replace('-', '_')}"
+        ),
+        None,
+    )
     if function is None:
         raise ValueError(f"cli.py has no cmd_{name.replace('-', '_')} for `{PACKAGE} {name}`")
     imports = [node for node in cli.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-    seen = _closure(imported_modules(ast.Module(body=[*imports, function], type_ignores=[]), f"{PACKAGE}.cli"),
-                    {f"{PACKAGE}.cli", PACKAGE})
+    seen = _closure(
+        imported_modules(ast.Module(body=[*imports, function], type_ignores=[]), f"{PACKAGE}.cli"),
+        {f"{PACKAGE}.cli", PACKAGE},
+    )
     followed: set[str] = set()
-    while reached := [kind for kind, (registry, _) in registries().items() if registry in seen and kind not in followed]:
+    while reached := [
+        kind for kind, (registry, _) in registries().items() if registry in seen and kind not in followed
+    ]:
         followed.update(reached)  # a recipe reaches the losses' and backbones' registries
-        _closure([module for kind in reached for entry, module in registries()[kind][1].items()
-                  if entries is None or (kind, entry) in entries], seen)
+        _closure(
+            [
+                module
+                for kind in reached
+                for entry, module in registries()[kind][1].items()
+                if entries is None or (kind, entry) in entries
+            ],
+            seen,
+        )
     files = {module_file(module) for module in seen}
-    data = {path for file in files if file.name == "__init__.py" for path in file.parent.iterdir()
-            if path.is_file() and path.suffix != SOURCE_SUFFIX and not path.name.startswith(".")}
+    data = {
+        path
+        for file in files
+        if file.name == "__init__.py"
+        for path in file.parent.iterdir()
+        if path.is_file() and path.suffix != SOURCE_SUFFIX and not path.name.startswith(".")
+    }
     return folded({path.relative_to(ROOT).as_posix() for path in files | data})
 
 
@@ -412,9 +473,12 @@ def folded(paths: set[str]) -> tuple[str, ...]:
     result = set(paths)
     for folder, subfolders, names in os.walk(PACKAGE_DIR):
         subfolders[:] = sorted(d for d in subfolders if d != "__pycache__" and not d.startswith("."))
-        inside = {(Path(parent) / name).relative_to(ROOT).as_posix()
-                  for parent, dirs, files in os.walk(folder)
-                  for name in files if "__pycache__" not in Path(parent).parts and not name.startswith(".")}
+        inside = {
+            (Path(parent) / name).relative_to(ROOT).as_posix()
+            for parent, dirs, files in os.walk(folder)
+            for name in files
+            if "__pycache__" not in Path(parent).parts and not name.startswith(".")
+        }
         if Path(folder) != PACKAGE_DIR and inside and inside <= result:
             result = (result - inside) | {Path(folder).relative_to(ROOT).as_posix()}
             subfolders.clear()
@@ -441,8 +505,11 @@ def imported_modules(tree: ast.AST, module: str) -> Iterator[str]:
             names = re.findall(rf"^({PACKAGE}(?:\.\w+)+)(?::\w+)?$", node.value)
         for name in names:
             parts = name.split(".")
-            yield from (".".join(parts[:end]) for end in range(2, len(parts) + 1)
-                        if parts[0] == PACKAGE and module_file(".".join(parts[:end])))
+            yield from (
+                ".".join(parts[:end])
+                for end in range(2, len(parts) + 1)
+                if parts[0] == PACKAGE and module_file(".".join(parts[:end]))
+            )
 
 
 def absolute(node: ast.ImportFrom, package: str) -> str:
@@ -450,17 +517,19 @@ def absolute(node: ast.ImportFrom, package: str) -> str:
     if not node.level:
         return node.module or ""
     parts = package.split(".")
-    return ".".join([*parts[:len(parts) - node.level + 1], *([node.module] if node.module else [])])
+    return ".".join([*parts[: len(parts) - node.level + 1], *([node.module] if node.module else [])])
 
 
 def stage_body(rule: str, template: Spec) -> dict:
     """The dvc.yaml ``do`` (or stage) body of a template."""
-    body: dict = {"cmd": template.command,
-                  "deps": [*template.inputs, *template.code]}
+    body: dict = {"cmd": template.command, "deps": [*template.inputs, *template.code]}
     if template.params:
         body["params"] = params_entries(template.params)
-    outs = [{path: {"persist": True}} if rule in PERSISTENT_RULES else path for path in template.outputs
-            if Path(path).name not in METRICS | PLOTS.keys()]
+    outs = [
+        {path: {"persist": True}} if rule in PERSISTENT_RULES else path
+        for path in template.outputs
+        if Path(path).name not in METRICS | PLOTS.keys()
+    ]
     body["outs"] = [*outs, *({log: {"cache": False}} for log in template.logs)]
     metrics = [path for path in template.outputs if Path(path).name in METRICS]
     plots = [{path: PLOTS[Path(path).name]} for path in template.outputs if Path(path).name in PLOTS]
@@ -494,8 +563,11 @@ def stage_groups(jobs: list[Job]) -> dict[str, list[Job]]:
 def stage_names(jobs: list[Job]) -> dict[Job, str]:
     """Each job's DVC stage name: ``<group>@<key>`` in a group of several jobs, else ``<rule>-<key>``
     (``<rule>`` for a job without wildcards)."""
-    return {job: f"{group}@{job.key}" if len(members) > 1 else f"{job.rule}-{job.key}".rstrip("-")
-            for group, members in stage_groups(jobs).items() for job in members}
+    return {
+        job: f"{group}@{job.key}" if len(members) > 1 else f"{job.rule}-{job.key}".rstrip("-")
+        for group, members in stage_groups(jobs).items()
+        for job in members
+    }
 
 
 def stages(jobs: list[Job]) -> dict[str, dict]:
@@ -522,8 +594,9 @@ class Dumper(yaml.SafeDumper):
         return True
 
 
-Dumper.add_representer(Item, lambda dumper, item: dumper.represent_mapping("tag:yaml.org,2002:map", item,
-                                                                          flow_style=True))
+Dumper.add_representer(
+    Item, lambda dumper, item: dumper.represent_mapping("tag:yaml.org,2002:map", item, flow_style=True)
+)
 
 
 def render(jobs: list[Job]) -> str:
@@ -536,15 +609,18 @@ def default_targets() -> list[str]:
     from dmlbench.params import merge_params
 
     config = merge_params([PARAMS_YAML])
-    return ([f"results/tables/{table}.tex" for table in config["tables"]]
-            + [f"results/plots/{figure}.png" for figure in config.get("figures", {})]
-            + (["results/tables/claims.tex"] if config.get("claims") else []))
+    return (
+        [f"results/tables/{table}.tex" for table in config["tables"]]
+        + [f"results/plots/{figure}.png" for figure in config.get("figures", {})]
+        + (["results/tables/claims.tex"] if config.get("claims") else [])
+    )
 
 
 def iter_differences(old: str, new: str) -> Iterator[str]:
     """Lines that differ (for a readable --check failure)."""
-    yield from difflib.unified_diff(old.splitlines(), new.splitlines(), "dvc.yaml (committed)", "dvc.yaml (generated)",
-                                    lineterm="", n=1)
+    yield from difflib.unified_diff(
+        old.splitlines(), new.splitlines(), "dvc.yaml (committed)", "dvc.yaml (generated)", lineterm="", n=1
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

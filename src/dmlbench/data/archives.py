@@ -70,8 +70,14 @@ class DamagedArchiveError(DmlbenchError, ValueError):
 
 
 #: What the tar, gzip/bz2/xz and zip readers raise on a damaged or foreign file.
-READ_ERRORS: tuple[type[BaseException], ...] = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error,
-                                               lzma.LZMAError, OSError)
+READ_ERRORS: tuple[type[BaseException], ...] = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    OSError,
+)
 
 
 @contextmanager
@@ -119,7 +125,8 @@ def _refuse_repeated(archive: Path, names: list[str]) -> None:
         if path in seen:
             raise UnsafeArchiveError(
                 f"{archive}: member {name!r} appears more than once; extracting would keep only the last copy. "
-                f"The archive is damaged or not the official one; delete it and download it again.")
+                f"The archive is damaged or not the official one; delete it and download it again."
+            )
         seen.add(path)
 
 

@@ -112,18 +112,24 @@ def read_options(config: Mapping[str, Any]) -> dict[str, Any]:
     defaults = DEFAULTS[kind]
     unknown = sorted(set(config) - set(defaults) - IGNORED_KEYS)
     if unknown:
-        raise DatasetConfigError(f"kind {kind!r}: unknown params key(s) {unknown}"
-                                 f"{did_you_mean(unknown[0], defaults)}; allowed: {sorted(defaults)} "
-                                 f"(and {sorted(IGNORED_KEYS)}, read elsewhere). See {DOCS}.")
+        raise DatasetConfigError(
+            f"kind {kind!r}: unknown params key(s) {unknown}"
+            f"{did_you_mean(unknown[0], defaults)}; allowed: {sorted(defaults)} "
+            f"(and {sorted(IGNORED_KEYS)}, read elsewhere). See {DOCS}."
+        )
     options = {key: config[key] if config.get(key) is not None else default for key, default in defaults.items()}
     verify = options["verify_images"]
     if not (isinstance(verify, bool) or verify == "decode"):
-        raise DatasetConfigError(f"kind {kind!r}: `verify_images` must be false, true (open every header) or "
-                                 f"'decode' (decode every image), got {verify!r}")
+        raise DatasetConfigError(
+            f"kind {kind!r}: `verify_images` must be false, true (open every header) or "
+            f"'decode' (decode every image), got {verify!r}"
+        )
     fraction = options["train_fraction"]
     if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction < 1:
-        raise DatasetConfigError(f"kind {kind!r}: `train_fraction` must be a number between 0 and 1 (the share "
-                                 f"of classes in train), got {fraction!r}")
+        raise DatasetConfigError(
+            f"kind {kind!r}: `train_fraction` must be a number between 0 and 1 (the share "
+            f"of classes in train), got {fraction!r}"
+        )
     seed = options["split_seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise DatasetConfigError(f"kind {kind!r}: `split_seed` must be an integer >= 0, got {seed!r}")
@@ -191,15 +197,18 @@ def _check_split_sizes(split_of: Mapping[Any, str], what: str, fix: str) -> None
     short = [split for split in SPLITS if counts[split] < MIN_CLASSES_PER_SPLIT]
     if short:
         found = ", ".join(f"{counts[s]} {s}" for s in SPLITS)
-        raise OwnDatasetError(f"{what}: {found} class(es); each split needs at least {MIN_CLASSES_PER_SPLIT} "
-                              f"classes (train to learn from, test to retrieve among); {fix}")
+        raise OwnDatasetError(
+            f"{what}: {found} class(es); each split needs at least {MIN_CLASSES_PER_SPLIT} "
+            f"classes (train to learn from, test to retrieve among); {fix}"
+        )
 
 
 # --- CSV files ------------------------------------------------------------------------------------
 
 
-def _read_csv(path: Path, required: Sequence[str], optional: Sequence[str],
-              hint: str = "") -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+def _read_csv(
+    path: Path, required: Sequence[str], optional: Sequence[str], hint: str = ""
+) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """A UTF-8 CSV file with a header: ``(columns, [(line, {column: stripped cell})])``, 1-based lines of the
     file, blank lines skipped.
 
@@ -212,8 +221,9 @@ def _read_csv(path: Path, required: Sequence[str], optional: Sequence[str],
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise OwnDatasetError(f"{path}:{line}: not UTF-8 text ({err.reason} at byte {err.start}); save the file "
-                              f"as UTF-8 (CSV UTF-8)") from err
+        raise OwnDatasetError(
+            f"{path}:{line}: not UTF-8 text ({err.reason} at byte {err.start}); save the file as UTF-8 (CSV UTF-8)"
+        ) from err
     reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""))
     header: list[str] | None = None
     rows: list[tuple[int, dict[str, str]]] = []
@@ -228,9 +238,11 @@ def _read_csv(path: Path, required: Sequence[str], optional: Sequence[str],
                 _check_header(path, reader.line_num, header, required, optional, expected, hint)
                 continue
             if len(cells) != len(header):
-                raise OwnDatasetError(f"{path}:{reader.line_num}: {len(cells)} cell(s), the header has "
-                                      f"{len(header)} ({','.join(header)}): {','.join(cells)[:120]!r}; give every "
-                                      f"row one cell per column (quote a cell that holds a comma)")
+                raise OwnDatasetError(
+                    f"{path}:{reader.line_num}: {len(cells)} cell(s), the header has "
+                    f"{len(header)} ({','.join(header)}): {','.join(cells)[:120]!r}; give every "
+                    f"row one cell per column (quote a cell that holds a comma)"
+                )
             rows.append((reader.line_num, dict(zip(header, cells, strict=True))))
     except csv.Error as err:
         raise OwnDatasetError(f"{path}:{reader.line_num}: not a valid CSV row ({err}); check its quotes") from err
@@ -241,20 +253,27 @@ def _read_csv(path: Path, required: Sequence[str], optional: Sequence[str],
     return header, rows
 
 
-def _check_header(path: Path, line: int, header: list[str], required: Sequence[str], optional: Sequence[str],
-                  expected: str, hint: str) -> None:
+def _check_header(
+    path: Path, line: int, header: list[str], required: Sequence[str], optional: Sequence[str], expected: str, hint: str
+) -> None:
     repeated = sorted(name for name, n in Counter(header).items() if n > 1)
     if repeated:
-        raise OwnDatasetError(f"{path}:{line}: column(s) {repeated} appear more than once in the header; "
-                              f"name each column once ({expected})")
+        raise OwnDatasetError(
+            f"{path}:{line}: column(s) {repeated} appear more than once in the header; "
+            f"name each column once ({expected})"
+        )
     missing = [name for name in required if name not in header]
     if missing:
-        raise OwnDatasetError(f"{path}:{line}: the header {','.join(header)[:120]!r} lacks the column(s) "
-                              f"{missing}; the first line must be the header {expected} (comma-separated)")
+        raise OwnDatasetError(
+            f"{path}:{line}: the header {','.join(header)[:120]!r} lacks the column(s) "
+            f"{missing}; the first line must be the header {expected} (comma-separated)"
+        )
     unknown = [name for name in header if name not in (*required, *optional)]
     if unknown:
-        raise OwnDatasetError(f"{path}:{line}: unknown column(s) {unknown}"
-                              f"{did_you_mean(unknown[0], [*required, *optional])}; allowed: {expected}{hint}")
+        raise OwnDatasetError(
+            f"{path}:{line}: unknown column(s) {unknown}"
+            f"{did_you_mean(unknown[0], [*required, *optional])}; allowed: {expected}{hint}"
+        )
 
 
 # --- common checks and the output ---------------------------------------------------------------------
@@ -267,9 +286,11 @@ def _check_class_sizes(members: Mapping[Any, list[str]], describe: Mapping[Any, 
     if small:
         listed = "; ".join(f"{describe[c]}: {len(members[c])} image(s)" for c in small[:5])
         more = f" and {len(small) - 5} more" if len(small) > 5 else ""
-        raise OwnDatasetError(f"{len(small)} class(es) with fewer than {MIN_IMAGES_PER_CLASS} images: {listed}"
-                              f"{more}. Retrieval needs at least {MIN_IMAGES_PER_CLASS} images per class (a "
-                              f"query needs a same-class neighbour): {fix}")
+        raise OwnDatasetError(
+            f"{len(small)} class(es) with fewer than {MIN_IMAGES_PER_CLASS} images: {listed}"
+            f"{more}. Retrieval needs at least {MIN_IMAGES_PER_CLASS} images per class (a "
+            f"query needs a same-class neighbour): {fix}"
+        )
 
 
 def _check_images(paths: Sequence[str], where: Mapping[str, str], verify: bool | str, fix: str) -> None:
@@ -278,8 +299,10 @@ def _check_images(paths: Sequence[str], where: Mapping[str, str], verify: bool |
     if not failures and verify:
         failures = (undecodable_images if verify == "decode" else unreadable_images)(paths)
     try:
-        raise_for_failures([(p, f"{reason}{where.get(p, '')}") for p, reason in failures],
-                           "your dataset" + (f" (verify_images: {str(verify).lower()})" if verify else ""))
+        raise_for_failures(
+            [(p, f"{reason}{where.get(p, '')}") for p, reason in failures],
+            "your dataset" + (f" (verify_images: {str(verify).lower()})" if verify else ""),
+        )
     except DmlbenchError as err:
         raise OwnDatasetError(f"{err}\n{fix}") from None
 
@@ -290,8 +313,11 @@ def _write(out_dir: Path, rows: list[dict[str, Any]], skipped: list[tuple[str, s
         with atomic_output(out_dir / SKIPPED_FILE) as tmp:
             pd.DataFrame(skipped, columns=["path", "reason"]).to_csv(tmp, index=False, lineterminator="\n")
         examples = ", ".join(path for path, _ in skipped[:3])
-        print(f"{source}: skipped {len(skipped)} file(s) that are not images of a class (e.g. {examples}); "
-              f"listed in {SKIPPED_FILE} beside the manifest", file=sys.stderr)
+        print(
+            f"{source}: skipped {len(skipped)} file(s) that are not images of a class (e.g. {examples}); "
+            f"listed in {SKIPPED_FILE} beside the manifest",
+            file=sys.stderr,
+        )
     return write_manifest(pd.DataFrame(rows), out_dir / "manifest.csv")
 
 
@@ -356,9 +382,11 @@ def _split_file(root: Path, name: str, classes: Sequence[str]) -> tuple[Path, di
     path = Path(os.path.expanduser(name))
     path = path if path.is_absolute() else root / path
     if not path.is_file():
-        raise DatasetNotFoundError(f"`split_file: {name}`: {path} is not a file; give a CSV `class,split` "
-                                   f"(a path relative to the root {root}, or absolute), or remove the key to "
-                                   f"use the seeded rule (train_fraction, split_seed)")
+        raise DatasetNotFoundError(
+            f"`split_file: {name}`: {path} is not a file; give a CSV `class,split` "
+            f"(a path relative to the root {root}, or absolute), or remove the key to "
+            f"use the seeded rule (train_fraction, split_seed)"
+        )
     _, rows = _read_csv(path, ("class", "split"), ())
     split_of: dict[str, str] = {}
     first_line: dict[str, int] = {}
@@ -367,29 +395,37 @@ def _split_file(root: Path, name: str, classes: Sequence[str]) -> tuple[Path, di
         cls, split = row["class"], row["split"]
         _check_split_value(where, split)
         if cls not in classes:
-            raise OwnDatasetError(f"{where}: class {cls!r} is not a class folder of {root}"
-                                  f"{did_you_mean(cls, classes)}; write the folder's name as it is")
+            raise OwnDatasetError(
+                f"{where}: class {cls!r} is not a class folder of {root}"
+                f"{did_you_mean(cls, classes)}; write the folder's name as it is"
+            )
         if cls in split_of:
-            raise OwnDatasetError(f"{where}: class {cls!r} is listed again (first on line {first_line[cls]}, "
-                                  f"as {split_of[cls]}); list every class once: a class in both splits would "
-                                  f"be tested on images it was trained on")
+            raise OwnDatasetError(
+                f"{where}: class {cls!r} is listed again (first on line {first_line[cls]}, "
+                f"as {split_of[cls]}); list every class once: a class in both splits would "
+                f"be tested on images it was trained on"
+            )
         split_of[cls], first_line[cls] = split, line
     unlisted = [c for c in classes if c not in split_of]
     if unlisted:
-        raise OwnDatasetError(f"{path}: {len(unlisted)} class folder(s) of {root} not listed, e.g. "
-                              f"{unlisted[:5]}; add a line `<class>,train` or `<class>,test` for each (or "
-                              f"move the folder out of the root)")
+        raise OwnDatasetError(
+            f"{path}: {len(unlisted)} class folder(s) of {root} not listed, e.g. "
+            f"{unlisted[:5]}; add a line `<class>,train` or `<class>,test` for each (or "
+            f"move the folder out of the root)"
+        )
     return path, split_of
 
 
 def _check_split_value(where: str, split: str) -> None:
     if split in SPLITS:
         return
-    hints = {"val": " (the validation classes are carved from train at training time: training.val_fraction)",
-             "validation": " (OML's 'validation' is the test split here: write test)",
-             "query": " (queries and gallery are the whole test split here: write test)",
-             "gallery": " (queries and gallery are the whole test split here: write test)",
-             "": " (the cell is empty)"}
+    hints = {
+        "val": " (the validation classes are carved from train at training time: training.val_fraction)",
+        "validation": " (OML's 'validation' is the test split here: write test)",
+        "query": " (queries and gallery are the whole test split here: write test)",
+        "gallery": " (queries and gallery are the whole test split here: write test)",
+        "": " (the cell is empty)",
+    }
     fix = hints.get(split, did_you_mean(split, SPLITS)) or hints.get(split.lower(), "")
     raise OwnDatasetError(f"{where}: split {split!r} is neither 'train' nor 'test'{fix}; write train or test")
 
@@ -408,12 +444,16 @@ def prepare_folder(config: Mapping[str, Any], out_dir: Path) -> Path:
     classes, skipped = scan_folder(root)
     names = list(classes)
     if not names:
-        raise OwnDatasetError(f"{root}: no class folders; the layout is root/<class>/<image>: one sub-folder "
-                              f"per class holding its images. See {DOCS}.")
+        raise OwnDatasetError(
+            f"{root}: no class folders; the layout is root/<class>/<image>: one sub-folder "
+            f"per class holding its images. See {DOCS}."
+        )
     if options["split_file"] is not None:
         if any(config.get(key) is not None for key in ("train_fraction", "split_seed")):
-            raise DatasetConfigError("kind 'folder': `split_file` and `train_fraction` / `split_seed` are both "
-                                     "set; the split file decides the split: remove one")
+            raise DatasetConfigError(
+                "kind 'folder': `split_file` and `train_fraction` / `split_seed` are both "
+                "set; the split file decides the split: remove one"
+            )
         split_path, split_of = _split_file(root, options["split_file"], names)
         skipped = [entry for entry in skipped if root / entry[0] != split_path]  # the split file is no stray file
         how = f"split file {options['split_file']}"
@@ -421,31 +461,50 @@ def prepare_folder(config: Mapping[str, Any], out_dir: Path) -> Path:
         train = seeded_train_classes(names, options["train_fraction"], options["split_seed"])
         split_of = {name: "train" if name in train else "test" for name in names}
         how = f"train_fraction {options['train_fraction']}, split_seed {options['split_seed']}"
-    _check_class_sizes(classes, {c: f"{root / c}/{_skipped_in(c, skipped)}" for c in names},
-                       "add images to these folders or move them out of the root")
-    _check_split_sizes(split_of, f"{root} ({len(names)} class folders; {how})",
-                       "add class folders, or change train_fraction or the split file")
-    rows: list[dict[str, Any]] = [{"path": str(root / rel), "label": label, "class_name": name, "split": split_of[name]}
-                                  for label, name in enumerate(names) for rel in classes[name]]
-    _check_images([row["path"] for row in rows], {}, options["verify_images"],
-                  "Replace or remove these files (or move them out of the class folders).")
+    _check_class_sizes(
+        classes,
+        {c: f"{root / c}/{_skipped_in(c, skipped)}" for c in names},
+        "add images to these folders or move them out of the root",
+    )
+    _check_split_sizes(
+        split_of,
+        f"{root} ({len(names)} class folders; {how})",
+        "add class folders, or change train_fraction or the split file",
+    )
+    rows: list[dict[str, Any]] = [
+        {"path": str(root / rel), "label": label, "class_name": name, "split": split_of[name]}
+        for label, name in enumerate(names)
+        for rel in classes[name]
+    ]
+    _check_images(
+        [row["path"] for row in rows],
+        {},
+        options["verify_images"],
+        "Replace or remove these files (or move them out of the class folders).",
+    )
     return _write(out_dir, rows, skipped, root)
 
 
 # --- kind: manifest -------------------------------------------------------------------------------
 
 
-OML_HINT = (" (OML's is_query / is_gallery: here every test image is a query against the rest of the test "
-            "split; drop those columns, and write OML's 'validation' split as test)")
+OML_HINT = (
+    " (OML's is_query / is_gallery: here every test image is a query against the rest of the test "
+    "split; drop those columns, and write OML's 'validation' split as test)"
+)
 
 
 def _parse_label(where: str, text: str) -> int:
     if not (text.isascii() and text.isdigit()):
-        raise OwnDatasetError(f"{where}: label {text!r} is not a non-negative integer; write the class id as "
-                              f"digits (0, 1, 2, ...; one id per class)")
+        raise OwnDatasetError(
+            f"{where}: label {text!r} is not a non-negative integer; write the class id as "
+            f"digits (0, 1, 2, ...; one id per class)"
+        )
     if int(text) > MAX_LABEL:
-        raise OwnDatasetError(f"{where}: label {text} overflows a 64-bit integer (at most {MAX_LABEL}); "
-                              f"number the classes with smaller ids")
+        raise OwnDatasetError(
+            f"{where}: label {text} overflows a 64-bit integer (at most {MAX_LABEL}); "
+            f"number the classes with smaller ids"
+        )
     return int(text)
 
 
@@ -459,9 +518,11 @@ def _image_path(base: Path, where: str, text: str) -> tuple[str, Path]:
     if not text:
         raise OwnDatasetError(f"{where}: empty path; every row names one image file, relative to {base}")
     if rel.is_absolute() or text.startswith("~") or ".." in rel.parts:
-        raise OwnDatasetError(f"{where}: path {text!r} leaves the CSV's folder {base}; write paths relative to "
-                              f"that folder, without a leading '/' or '~' and without '..' (move the CSV up, or "
-                              f"the images under it)")
+        raise OwnDatasetError(
+            f"{where}: path {text!r} leaves the CSV's folder {base}; write paths relative to "
+            f"that folder, without a leading '/' or '~' and without '..' (move the CSV up, or "
+            f"the images under it)"
+        )
     try:
         return rel.as_posix(), contained(base, rel.as_posix())
     except PathOutsideError as err:  # the check above already refuses it: a second line of defence
@@ -476,8 +537,10 @@ def prepare_manifest(config: Mapping[str, Any], out_dir: Path) -> Path:
     header, rows = _read_csv(csv_path, CSV_REQUIRED, CSV_OPTIONAL, OML_HINT)
     has_split = "split" in header
     if has_split and any(config.get(key) is not None for key in ("train_fraction", "split_seed")):
-        raise DatasetConfigError(f"kind 'manifest': `train_fraction` / `split_seed` are set but {csv_path} has a "
-                                 "`split` column, which decides the split: remove one")
+        raise DatasetConfigError(
+            f"kind 'manifest': `train_fraction` / `split_seed` are set but {csv_path} has a "
+            "`split` column, which decides the split: remove one"
+        )
     records: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     repeated: list[tuple[int, int, str]] = []
@@ -493,21 +556,26 @@ def prepare_manifest(config: Mapping[str, Any], out_dir: Path) -> Path:
             record["split"] = row["split"]
         if "class_name" in header:
             if not row["class_name"]:
-                raise OwnDatasetError(f"{where}: empty class_name; name the class, or drop the column (the "
-                                      f"label is then the name)")
+                raise OwnDatasetError(
+                    f"{where}: empty class_name; name the class, or drop the column (the label is then the name)"
+                )
             record["class_name"] = row["class_name"]
         if "bbox" in header:
             problem = _box_problem(row["bbox"])
             if problem is not None:
-                raise OwnDatasetError(f"{where}: bbox {row['bbox']!r}: {problem}; write 'x y w h' in pixels of "
-                                      f"the image file, or leave the cell empty")
+                raise OwnDatasetError(
+                    f"{where}: bbox {row['bbox']!r}: {problem}; write 'x y w h' in pixels of "
+                    f"the image file, or leave the cell empty"
+                )
             record["bbox"] = row["bbox"]
         records.append(record)
     if repeated:
         first, line, rel = repeated[0]
-        raise OwnDatasetError(f"{csv_path}:{line}: image {rel!r} is listed again (first on line {first}); "
-                              f"{len(repeated)} repeated row(s) in all. List every image once (a repeated test "
-                              f"image would be its own nearest neighbour): remove the repeated rows")
+        raise OwnDatasetError(
+            f"{csv_path}:{line}: image {rel!r} is listed again (first on line {first}); "
+            f"{len(repeated)} repeated row(s) in all. List every image once (a repeated test "
+            f"image would be its own nearest neighbour): remove the repeated rows"
+        )
     by_label: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_label[record["label"]].append(record)
@@ -515,9 +583,11 @@ def prepare_manifest(config: Mapping[str, Any], out_dir: Path) -> Path:
     for key, what in (("class_name", "class names"), ("split", "splits")):
         if key in header:
             _check_one_value(csv_path, by_label, key, what)
-    _check_class_sizes({lab: [r["path"] for r in by_label[lab]] for lab in labels},
-                       {lab: f"label {lab} (line {_lines(by_label[lab])})" for lab in labels},
-                       f"add rows for these classes or remove their rows from {csv_path}")
+    _check_class_sizes(
+        {lab: [r["path"] for r in by_label[lab]] for lab in labels},
+        {lab: f"label {lab} (line {_lines(by_label[lab])})" for lab in labels},
+        f"add rows for these classes or remove their rows from {csv_path}",
+    )
     if has_split:
         split_of = {lab: by_label[lab][0]["split"] for lab in labels}
         how = "its split column"
@@ -525,13 +595,28 @@ def prepare_manifest(config: Mapping[str, Any], out_dir: Path) -> Path:
         train = seeded_train_classes(labels, options["train_fraction"], options["split_seed"])
         split_of = {lab: "train" if lab in train else "test" for lab in labels}
         how = f"train_fraction {options['train_fraction']}, split_seed {options['split_seed']}"
-    _check_split_sizes(split_of, f"{csv_path} ({len(labels)} labels; {how})",
-                       "add classes, or change the split column or train_fraction")
+    _check_split_sizes(
+        split_of,
+        f"{csv_path} ({len(labels)} labels; {how})",
+        "add classes, or change the split column or train_fraction",
+    )
     listed_at = {r["path"]: f" (listed at {csv_path}:{r['line']})" for r in records}
-    _check_images([r["path"] for r in records], listed_at, options["verify_images"],
-                  f"Fix these rows of {csv_path} (paths are relative to its folder), or add or replace the files.")
-    out = [{"path": r["path"], "label": r["label"], "class_name": r.get("class_name", str(r["label"])),
-            "split": split_of[r["label"]], **({"bbox": r["bbox"]} if "bbox" in r else {})} for r in records]
+    _check_images(
+        [r["path"] for r in records],
+        listed_at,
+        options["verify_images"],
+        f"Fix these rows of {csv_path} (paths are relative to its folder), or add or replace the files.",
+    )
+    out = [
+        {
+            "path": r["path"],
+            "label": r["label"],
+            "class_name": r.get("class_name", str(r["label"])),
+            "split": split_of[r["label"]],
+            **({"bbox": r["bbox"]} if "bbox" in r else {}),
+        }
+        for r in records
+    ]
     return _write(out_dir, out, [], csv_path)
 
 
@@ -546,10 +631,16 @@ def _check_one_value(csv_path: Path, by_label: Mapping[int, list[dict[str, Any]]
         first = records[0]
         other = next((r for r in records if r[key] != first[key]), None)
         if other is not None:
-            fix = ("every image of a class in one split: the benchmark tests on classes never seen in training; "
-                   "give this label's rows one split" if key == "split" else "give this label's rows one name")
-            raise OwnDatasetError(f"{csv_path}:{other['line']}: label {label} has two {what}: {first[key]!r} on "
-                                  f"line {first['line']} and {other[key]!r} on line {other['line']}; {fix}")
+            fix = (
+                "every image of a class in one split: the benchmark tests on classes never seen in training; "
+                "give this label's rows one split"
+                if key == "split"
+                else "give this label's rows one name"
+            )
+            raise OwnDatasetError(
+                f"{csv_path}:{other['line']}: label {label} has two {what}: {first[key]!r} on "
+                f"line {first['line']} and {other[key]!r} on line {other['line']}; {fix}"
+            )
 
 
 # --- the preparer interface --------------------------------------------------------------------------

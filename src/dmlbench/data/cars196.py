@@ -73,8 +73,10 @@ ARCHIVE_ROOT = "."
 
 FIELDS = ("relative_im_path", "bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class")
 #: The fix named by every error about a damaged or edited ``cars_annos.mat``.
-RESTORE_MAT = (f"restore cars_annos.mat from the official release (md5 {ARCHIVES[1].md5}; "
-               f"`dmlbench download cars196 --archive cars_annos.mat`)")
+RESTORE_MAT = (
+    f"restore cars_annos.mat from the official release (md5 {ARCHIVES[1].md5}; "
+    f"`dmlbench download cars196 --archive cars_annos.mat`)"
+)
 
 
 def read_annotations(mat_path: Path) -> tuple[np.ndarray, list[str]]:
@@ -94,12 +96,15 @@ def read_annotations(mat_path: Path) -> tuple[np.ndarray, list[str]]:
     annotations = np.atleast_1d(mat["annotations"])
     missing = [f for f in FIELDS if f not in (annotations.dtype.names or ())]
     if missing:
-        raise ManifestError(f"{mat_path}: annotations lack field(s) {missing}; found {annotations.dtype.names}; "
-                            f"{RESTORE_MAT}")
+        raise ManifestError(
+            f"{mat_path}: annotations lack field(s) {missing}; found {annotations.dtype.names}; {RESTORE_MAT}"
+        )
     class_names = list(np.atleast_1d(mat["class_names"]))
     if not all(isinstance(name, str) and name for name in class_names):
-        raise ManifestError(f"{mat_path}: class_names must be a cell array of text, found "
-                            f"{np.asarray(mat['class_names']).dtype} values; {RESTORE_MAT}")
+        raise ManifestError(
+            f"{mat_path}: class_names must be a cell array of text, found "
+            f"{np.asarray(mat['class_names']).dtype} values; {RESTORE_MAT}"
+        )
     return annotations, class_names
 
 
@@ -107,8 +112,9 @@ def _number(entry: np.void, name: str, where: str) -> float:
     """Field ``name`` of one annotation as a finite number (a 1x1 numeric MATLAB value)."""
     value = np.asarray(entry[name])
     if value.size != 1 or value.dtype.kind not in "iuf" or not math.isfinite(float(value.reshape(()))):
-        raise ManifestError(f"{where}: field {name!r} must be one finite number, found {value.tolist()!r}; "
-                            f"{RESTORE_MAT}")
+        raise ManifestError(
+            f"{where}: field {name!r} must be one finite number, found {value.tolist()!r}; {RESTORE_MAT}"
+        )
     return float(value.reshape(()))
 
 
@@ -116,20 +122,25 @@ def _record(root: Path, entry: np.void, class_names: list[str], where: str) -> R
     """The :class:`Record` of one annotation; ``where`` names it in errors."""
     cls = _number(entry, "class", where)
     if cls != int(cls) or not 1 <= cls <= len(class_names):
-        raise ManifestError(f"{where}: class {cls:g} of {entry['relative_im_path']} outside 1..{len(class_names)} "
-                            f"(the release's class ids are integers 1..196); {RESTORE_MAT}")
+        raise ManifestError(
+            f"{where}: class {cls:g} of {entry['relative_im_path']} outside 1..{len(class_names)} "
+            f"(the release's class ids are integers 1..196); {RESTORE_MAT}"
+        )
     x1, y1, x2, y2 = (_number(entry, f, where) for f in FIELDS[1:5])
     if x2 <= x1 or y2 <= y1:
-        raise ManifestError(f"{where}: empty or inverted box (x1, y1, x2, y2) = ({x1:g}, {y1:g}, {x2:g}, {y2:g}); "
-                            f"{RESTORE_MAT}")
+        raise ManifestError(
+            f"{where}: empty or inverted box (x1, y1, x2, y2) = ({x1:g}, {y1:g}, {x2:g}, {y2:g}); {RESTORE_MAT}"
+        )
     rel = entry["relative_im_path"]
     if not isinstance(rel, str):
-        raise ManifestError(f"{where}: relative_im_path must be text, found {np.asarray(rel).tolist()!r}; "
-                            f"{RESTORE_MAT}")
+        raise ManifestError(
+            f"{where}: relative_im_path must be text, found {np.asarray(rel).tolist()!r}; {RESTORE_MAT}"
+        )
     label = int(cls)
     split = "train" if label <= LAST_TRAIN_CLASS else "test"
-    return Record(image_path(root, rel, where), label, class_names[label - 1], split, (x1, y1, x2 - x1, y2 - y1),
-                  source=where)
+    return Record(
+        image_path(root, rel, where), label, class_names[label - 1], split, (x1, y1, x2 - x1, y2 - y1), source=where
+    )
 
 
 def read_records(root: Path) -> list[Record]:
@@ -142,8 +153,9 @@ def read_records(root: Path) -> list[Record]:
     """
     mat_path = require(root, INFO, "cars_annos.mat")
     annotations, class_names = read_annotations(mat_path)
-    return [_record(root, entry, class_names, f"{mat_path}: annotation {i}")
-            for i, entry in enumerate(annotations, start=1)]
+    return [
+        _record(root, entry, class_names, f"{mat_path}: annotation {i}") for i, entry in enumerate(annotations, start=1)
+    ]
 
 
 def prepare(config: Mapping[str, Any], out_dir: Path) -> Path:

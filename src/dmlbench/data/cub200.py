@@ -76,8 +76,10 @@ def _ids_once(listing: ListFile, what: str) -> dict[str, tuple[int, list[str]]]:
     first_line: dict[str, int] = {}
     for line, cells in listing.rows:
         if cells[0] in first_line:
-            raise ManifestError(f"{listing.where(line)}: {what} {cells[0]} is listed again (first on line "
-                                f"{first_line[cells[0]]}); {RESTORE}")
+            raise ManifestError(
+                f"{listing.where(line)}: {what} {cells[0]} is listed again (first on line "
+                f"{first_line[cells[0]]}); {RESTORE}"
+            )
         first_line[cells[0]] = line
     return {cells[0]: (line, cells) for line, cells in listing.rows}
 
@@ -86,8 +88,9 @@ def _box(listing: ListFile, line: int, cells: list[str]) -> tuple[float, float, 
     """``(x, y, w, h)`` of a ``bounding_boxes.txt`` row: finite, with positive width and height."""
     box = read_numbers(listing.where(line), cells[1:5])
     if box[2] <= 0 or box[3] <= 0:
-        raise ManifestError(f"{listing.where(line)}: box width and height must be positive, found {cells[1:5]}; "
-                            f"{RESTORE}")
+        raise ManifestError(
+            f"{listing.where(line)}: box width and height must be positive, found {cells[1:5]}; {RESTORE}"
+        )
     x, y, width, height = box
     return x, y, width, height
 
@@ -103,8 +106,9 @@ def read_records(root: Path) -> list[Record]:
     Raises:
         ManifestError: naming the list file, its line and the fix, for a malformed or missing row.
     """
-    images, labels, classes, boxes = (read_list(require(root, INFO, name), n_columns)
-                                      for name, n_columns in zip(FILES, (2, 2, 2, 5), strict=True))
+    images, labels, classes, boxes = (
+        read_list(require(root, INFO, name), n_columns) for name, n_columns in zip(FILES, (2, 2, 2, 5), strict=True)
+    )
     class_names = {class_id: cells[1] for class_id, (_, cells) in _ids_once(classes, "class id").items()}
     label_of = _ids_once(labels, "image id")
     box_of = _ids_once(boxes, "image id")
@@ -112,22 +116,33 @@ def read_records(root: Path) -> list[Record]:
     first_id_of: dict[str, str] = {}
     for image_id, (line, (_, rel)) in listed_as.items():
         if rel in first_id_of:
-            raise ManifestError(f"{images.where(line)}: image {rel} is listed again, under id {image_id} (first "
-                                f"under id {first_id_of[rel]}); each file is one image: {RESTORE}")
+            raise ManifestError(
+                f"{images.where(line)}: image {rel} is listed again, under id {image_id} (first "
+                f"under id {first_id_of[rel]}); each file is one image: {RESTORE}"
+            )
         first_id_of[rel] = image_id
     records = []
     for image_id, (line, (_, rel)) in listed_as.items():
         for table, listing in ((label_of, labels), (box_of, boxes)):
             if image_id not in table:
-                raise ManifestError(f"{listing.path}: no entry for image id {image_id} ({images.where(line)}); "
-                                    f"{RESTORE}")
+                raise ManifestError(
+                    f"{listing.path}: no entry for image id {image_id} ({images.where(line)}); {RESTORE}"
+                )
         label_line, (_, class_id) = label_of[image_id]
         label = parse_id(labels.where(label_line), class_id, "class_id")
         if class_id not in class_names:
             raise ManifestError(f"{labels.where(label_line)}: class {class_id} is not in {classes.path}; {RESTORE}")
         split = "train" if label <= LAST_TRAIN_CLASS else "test"
-        records.append(Record(root / "images" / rel, label, class_names[class_id], split,
-                              _box(boxes, *box_of[image_id]), source=images.where(line)))
+        records.append(
+            Record(
+                root / "images" / rel,
+                label,
+                class_names[class_id],
+                split,
+                _box(boxes, *box_of[image_id]),
+                source=images.where(line),
+            )
+        )
     return records
 
 

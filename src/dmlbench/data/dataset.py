@@ -32,8 +32,13 @@ class ImageDataset(Dataset):
     #: How a loader batches the items (None: torch's default collate).
     collate_fn: Callable[[list[Any]], Any] | None = None
 
-    def __init__(self, paths: Sequence[str], labels: np.ndarray, transform: Callable[[Image.Image], torch.Tensor],
-                 cache: bool = False):
+    def __init__(
+        self,
+        paths: Sequence[str],
+        labels: np.ndarray,
+        transform: Callable[[Image.Image], torch.Tensor],
+        cache: bool = False,
+    ):
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
         self.paths = list(paths)
@@ -54,8 +59,9 @@ class ImageDataset(Dataset):
         """These rows as evaluation delivers them: ``test``'s (deterministic) transform."""
         return self.with_transform(test.transform)
 
-    def to_model_input(self, images: torch.Tensor, indices: torch.Tensor,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+    def to_model_input(
+        self, images: torch.Tensor, indices: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """A loader batch, already on the device, as the model takes it: here unchanged, (B, 3, H, W) float."""
         return images
 

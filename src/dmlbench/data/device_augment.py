@@ -36,8 +36,9 @@ CROP_TRIES = 10
 ADAPTIVE_SAMPLING = -1
 
 
-def random_resized_boxes(sizes: torch.Tensor, scale: Sequence[float], generator: torch.Generator,
-                         ratios: tuple[float, float] = CROP_RATIOS) -> torch.Tensor:
+def random_resized_boxes(
+    sizes: torch.Tensor, scale: Sequence[float], generator: torch.Generator, ratios: tuple[float, float] = CROP_RATIOS
+) -> torch.Tensor:
     """One ``RandomResizedCrop`` box per image, drawn as torchvision draws it.
 
     Args:
@@ -58,8 +59,9 @@ def random_resized_boxes(sizes: torch.Tensor, scale: Sequence[float], generator:
     count = len(sizes)
     area = height * width * torch.empty(count, CROP_TRIES, dtype=torch.float64).uniform_(*scale, generator=generator)
     log_low, log_high = math.log(ratios[0]), math.log(ratios[1])
-    aspect = torch.exp(torch.empty(count, CROP_TRIES, dtype=torch.float64).uniform_(log_low, log_high,
-                                                                                    generator=generator))
+    aspect = torch.exp(
+        torch.empty(count, CROP_TRIES, dtype=torch.float64).uniform_(log_low, log_high, generator=generator)
+    )
     crop_w = torch.round(torch.sqrt(area * aspect))
     crop_h = torch.round(torch.sqrt(area / aspect))
     fits = (crop_w > 0) & (crop_w <= width) & (crop_h > 0) & (crop_h <= height)
@@ -80,8 +82,15 @@ def _centre_boxes(height: torch.Tensor, width: torch.Tensor, ratios: tuple[float
     narrow, wide = in_ratio < ratios[0], in_ratio > ratios[1]
     crop_w = torch.where(wide, torch.round(height * ratios[1]), width)
     crop_h = torch.where(narrow, torch.round(width / ratios[0]), height)
-    return torch.stack([torch.div(height - crop_h, 2, rounding_mode="floor"),
-                        torch.div(width - crop_w, 2, rounding_mode="floor"), crop_h, crop_w], dim=1)
+    return torch.stack(
+        [
+            torch.div(height - crop_h, 2, rounding_mode="floor"),
+            torch.div(width - crop_w, 2, rounding_mode="floor"),
+            crop_h,
+            crop_w,
+        ],
+        dim=1,
+    )
 
 
 def crop_and_resize(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
@@ -106,8 +115,14 @@ def crop_and_resize(images: torch.Tensor, boxes: torch.Tensor, size: int) -> tor
     return crops.div_(255.0)
 
 
-def augment_batch(images: torch.Tensor, sizes: torch.Tensor, train_crop: int, scale: Sequence[float], flip: bool,
-                  generator: torch.Generator) -> torch.Tensor:
+def augment_batch(
+    images: torch.Tensor,
+    sizes: torch.Tensor,
+    train_crop: int,
+    scale: Sequence[float],
+    flip: bool,
+    generator: torch.Generator,
+) -> torch.Tensor:
     """Random resized crop to ``train_crop`` px, a random horizontal flip when ``flip``, and scaling to [0, 1].
 
     Args:

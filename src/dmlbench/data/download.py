@@ -125,9 +125,12 @@ def _download(url: str, part: Path, timeout: float) -> None:
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length and length.isdigit() else None
         written = offset
-        with open(part, "ab" if offset else "wb") as out, tqdm(
-            total=total, initial=offset, unit="B", unit_scale=True, desc=part.name, disable=None, file=sys.stderr
-        ) as bar:
+        with (
+            open(part, "ab" if offset else "wb") as out,
+            tqdm(
+                total=total, initial=offset, unit="B", unit_scale=True, desc=part.name, disable=None, file=sys.stderr
+            ) as bar,
+        ):
             for block in iter(lambda: response.read(CHUNK_BYTES), b""):
                 out.write(block)
                 written += len(block)
@@ -136,8 +139,9 @@ def _download(url: str, part: Path, timeout: float) -> None:
         raise DownloadError(f"connection closed after {written} of {total} bytes (kept {part.name}; re-run to resume)")
 
 
-def _verify(path: Path, sha256: str | None, md5: str | None, allow_unverified: bool,
-            found: str | None = None) -> str | None:
+def _verify(
+    path: Path, sha256: str | None, md5: str | None, allow_unverified: bool, found: str | None = None
+) -> str | None:
     """None when ``path`` is acceptable, else why not (a mismatch names expected and found).
 
     ``found``: the file's sha256 when the caller has already computed it (not hashed again).
@@ -146,7 +150,9 @@ def _verify(path: Path, sha256: str | None, md5: str | None, allow_unverified: b
     if sha256 is not None:
         if len(sha256) < 8:
             raise ValueError(f"a pinned sha256 needs at least 8 hex digits, got {sha256!r}")
-        return None if found.startswith(sha256.lower()) else f"sha256 mismatch: expected {sha256.lower()}, found {found}"
+        return (
+            None if found.startswith(sha256.lower()) else f"sha256 mismatch: expected {sha256.lower()}, found {found}"
+        )
     print(f"{path.name}: sha256 {found} (not pinned in dmlbench)", file=sys.stderr)
     if md5 is not None:
         found_md5 = file_digest(path, "md5")
@@ -211,8 +217,6 @@ def fetch(
         os.replace(part, dest)
         return dest
     raise DownloadError(f"could not fetch {dest.name}; tried {len(failures)} URL(s):\n" + "\n".join(failures))
-
-
 
 
 def _dataset_module(kind: str) -> ModuleType:
@@ -381,8 +385,16 @@ def extract_archives(kind: str, raw_dir: str | os.PathLike[str]) -> Path:
                     _remove(cache / name)
             print(f"extracting {path} into {cache}", file=sys.stderr)
             entries = _extract_one(path, cache)
-            _write_marker(marker, {"archive": archive.filename, "sha256": sha256, "size": stat.st_size,
-                                   "mtime_ns": stat.st_mtime_ns, "entries": entries})
+            _write_marker(
+                marker,
+                {
+                    "archive": archive.filename,
+                    "sha256": sha256,
+                    "size": stat.st_size,
+                    "mtime_ns": stat.st_mtime_ns,
+                    "entries": entries,
+                },
+            )
     root = cache / module.ARCHIVE_ROOT
     if not root.is_dir():
         raise DownloadError(

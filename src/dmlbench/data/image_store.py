@@ -84,8 +84,10 @@ def store_key(paths: Sequence[str], short_side: int) -> str:
         try:
             stat = os.stat(path)
         except OSError as err:
-            raise ImageStoreError(f"cannot read image {path}: {err.strerror}; restore the file, or re-run "
-                                  f"`dmlbench prepare` for its dataset") from err
+            raise ImageStoreError(
+                f"cannot read image {path}: {err.strerror}; restore the file, or re-run "
+                f"`dmlbench prepare` for its dataset"
+            ) from err
         digest.update(f"{path}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:20]
 
@@ -114,13 +116,16 @@ class ImageStore:
             raise self._damaged(str(err)) from err
         ends = self.index[:, 0] + self.index[:, 1] * self.index[:, 2] * 3
         if self.index.shape != (len(self.paths), 3) or (len(ends) and int(ends.max()) > len(self._pixels)):
-            raise self._damaged(f"index.npy {self.index.shape} does not fit {len(self.paths)} paths and "
-                                f"{len(self._pixels)} bytes of pixels")
+            raise self._damaged(
+                f"index.npy {self.index.shape} does not fit {len(self.paths)} paths and "
+                f"{len(self._pixels)} bytes of pixels"
+            )
         self.row_of = {path: row for row, path in enumerate(self.paths)}
 
     def _damaged(self, reason: str) -> ImageStoreError:
-        return ImageStoreError(f"{self.folder}: damaged image store ({reason}); delete the folder and it is "
-                               f"rebuilt at the next run")
+        return ImageStoreError(
+            f"{self.folder}: damaged image store ({reason}); delete the folder and it is rebuilt at the next run"
+        )
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -133,7 +138,7 @@ class ImageStore:
     def image(self, row: int) -> np.ndarray:
         """Row ``row``'s image: a (height, width, 3) uint8 view of the mapped file."""
         offset, height, width = (int(v) for v in self.index[row])
-        return self._pixels[offset:offset + height * width * 3].reshape(height, width, 3)
+        return self._pixels[offset : offset + height * width * 3].reshape(height, width, 3)
 
 
 def _headers(paths: Sequence[str], short_side: int) -> np.ndarray:
@@ -145,8 +150,10 @@ def _headers(paths: Sequence[str], short_side: int) -> np.ndarray:
             with Image.open(path) as image:
                 height, width = stored_size(image.width, image.height, short_side)
         except IMAGE_ERRORS as err:
-            raise ImageStoreError(f"cannot read image {path}: {err}; fix or replace the file, or re-run "
-                                  f"`dmlbench prepare` for its dataset") from err
+            raise ImageStoreError(
+                f"cannot read image {path}: {err}; fix or replace the file, or re-run "
+                f"`dmlbench prepare` for its dataset"
+            ) from err
         index[row] = offset, height, width
         offset += height * width * 3
     return index
@@ -162,9 +169,11 @@ def _fill(job: tuple[str, Sequence[str], np.ndarray, int]) -> None:
         except IMAGE_ERRORS as err:
             raise ImageStoreError(f"cannot decode image {path}: {err}; fix or replace the file") from err
         if array.shape != (height, width, 3):
-            raise ImageStoreError(f"{path}: its header says {width}×{height} after scaling but it decodes to "
-                                  f"{array.shape[1]}×{array.shape[0]}; re-save the file")
-        pixels[offset:offset + array.size] = array.reshape(-1)
+            raise ImageStoreError(
+                f"{path}: its header says {width}×{height} after scaling but it decodes to "
+                f"{array.shape[1]}×{array.shape[0]}; re-save the file"
+            )
+        pixels[offset : offset + array.size] = array.reshape(-1)
     pixels.flush()
 
 
@@ -188,7 +197,8 @@ def reserve(path: Path, size: int) -> None:
             raise ImageStoreError(
                 f"no space left for the decoded-image store in {path.parent}: it needs {size / 2**30:.2f} GB, "
                 f"{free / 2**30:.2f} GB are free ({err.strerror}); free {max(size - free, 0) / 2**30:.2f} GB "
-                f"there, or point DMLBENCH_IMAGE_STORE at a disk with room") from err
+                f"there, or point DMLBENCH_IMAGE_STORE at a disk with room"
+            ) from err
 
 
 def _build(folder: Path, paths: Sequence[str], short_side: int, workers: int) -> None:
@@ -203,8 +213,12 @@ def _build(folder: Path, paths: Sequence[str], short_side: int, workers: int) ->
         total = int(index[-1, 0] + index[-1, 1] * index[-1, 2] * 3) if len(paths) else 0
         pixel_file = temporary / "pixels.u8"
         reserve(pixel_file, max(total, 1))
-        print(f"[dmlbench] decoding {len(paths)} images at short side {short_side} px into {folder} "
-              f"({total / 2**30:.2f} GiB, once for every run of this dataset)", file=sys.stderr, flush=True)
+        print(
+            f"[dmlbench] decoding {len(paths)} images at short side {short_side} px into {folder} "
+            f"({total / 2**30:.2f} GiB, once for every run of this dataset)",
+            file=sys.stderr,
+            flush=True,
+        )
         shares = [(str(pixel_file), paths[i::workers], index[i::workers], short_side) for i in range(workers)]
         if workers > 1:
             with get_context("fork").Pool(workers) as pool:

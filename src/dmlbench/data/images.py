@@ -63,8 +63,9 @@ def _grey_to_8bit(img: Image.Image) -> Image.Image:
     return Image.fromarray(scaled, mode="L")
 
 
-def _failures(paths: Iterable[str | os.PathLike[str]],
-              check: Callable[[str | os.PathLike[str]], object]) -> list[tuple[str, str]]:
+def _failures(
+    paths: Iterable[str | os.PathLike[str]], check: Callable[[str | os.PathLike[str]], object]
+) -> list[tuple[str, str]]:
     """``(path, reason)`` for every path on which ``check`` raises one of :data:`IMAGE_ERRORS`."""
     failures = []
     for path in paths:

@@ -76,18 +76,22 @@ def read_records(root: Path) -> list[Record]:
     image_base = require(root, INFO, "img", "Img/img").parent
     (count_line, declared), _ = listing.head
     if not (declared.isascii() and declared.isdigit()):
-        raise ManifestError(f"{listing.where(count_line)}: expected the number of images, found {declared[:80]!r}; "
-                            f"{RESTORE}")
+        raise ManifestError(
+            f"{listing.where(count_line)}: expected the number of images, found {declared[:80]!r}; {RESTORE}"
+        )
     listing.check_header(HEADER)
     if int(declared) != len(listing.rows):
-        raise ManifestError(f"{listing.path}: first line says {declared!r} images, the file lists "
-                            f"{len(listing.rows)} (lines {listing.rows[0][0]}-{listing.rows[-1][0]}); {RESTORE}")
+        raise ManifestError(
+            f"{listing.path}: first line says {declared!r} images, the file lists "
+            f"{len(listing.rows)} (lines {listing.rows[0][0]}-{listing.rows[-1][0]}); {RESTORE}"
+        )
     records = []
     for line, (name, item_id, status) in listing.rows:
         where = listing.where(line)
         if status not in STATUSES:
-            raise ManifestError(f"{where}: {name} has evaluation_status {status!r}, not one of {sorted(STATUSES)}; "
-                                f"{RESTORE}")
+            raise ManifestError(
+                f"{where}: {name} has evaluation_status {status!r}, not one of {sorted(STATUSES)}; {RESTORE}"
+            )
         label = parse_item_id(where, item_id)
         records.append(Record(image_path(image_base, name, where), label, item_id, status, source=where))
     return records

@@ -81,15 +81,19 @@ def _integer_labels(column: pd.Series, source: str | os.PathLike[str]) -> pd.Ser
     values = [_exact_integer(cell) for cell in column]
     bad = np.flatnonzero([value is None for value in values])
     if len(bad):
-        raise ManifestError(f"{source}: column 'label' must hold integer class ids; line(s) {_file_lines(bad)} "
-                            f"hold {column.iloc[bad[0]]!r}. Re-run `dmlbench prepare <dataset>`.")
+        raise ManifestError(
+            f"{source}: column 'label' must hold integer class ids; line(s) {_file_lines(bad)} "
+            f"hold {column.iloc[bad[0]]!r}. Re-run `dmlbench prepare <dataset>`."
+        )
     integers = [value for value in values if value is not None]  # all of them: the check above
     low, high = LABEL_RANGE
     outside = np.flatnonzero([not low <= value <= high for value in integers])
     if len(outside):
-        raise ManifestError(f"{source}: column 'label' holds {column.iloc[outside[0]]} on line(s) "
-                            f"{_file_lines(outside)}, outside the 64-bit range of class ids ({low} to {high}); "
-                            f"number the classes from 0. Re-run `dmlbench prepare <dataset>`.")
+        raise ManifestError(
+            f"{source}: column 'label' holds {column.iloc[outside[0]]} on line(s) "
+            f"{_file_lines(outside)}, outside the 64-bit range of class ids ({low} to {high}); "
+            f"number the classes from 0. Re-run `dmlbench prepare <dataset>`."
+        )
     return pd.Series(np.array(integers, dtype=np.int64), index=column.index, name=column.name)
 
 
@@ -102,7 +106,8 @@ def _check_disjoint_classes(labels: pd.Series, splits: pd.Series, source: str | 
         raise ManifestError(
             f"{source}: {len(shared)} label(s) appear in both {list(TRAINING_SPLITS)} and the evaluation splits, "
             f"e.g. label {shared[0]} on lines {_file_lines(rows)}; the benchmark's protocol tests on unseen "
-            f"classes. Give each class one side, or re-run `dmlbench prepare <dataset>`.")
+            f"classes. Give each class one side, or re-run `dmlbench prepare <dataset>`."
+        )
 
 
 def _box_problem(text: str) -> str | None:
@@ -134,9 +139,11 @@ def _check_boxes(boxes: pd.Series, source: str | os.PathLike[str]) -> None:
     problems = [_box_problem(text) for text in boxes]
     bad = np.flatnonzero([problem is not None for problem in problems])
     if len(bad):
-        raise ManifestError(f"{source}: bbox on line(s) {_file_lines(bad)}: {problems[bad[0]]} "
-                            f"(found {boxes.iloc[bad[0]]!r}); write 'x y w h' in pixels, or leave it empty. "
-                            f"Re-run `dmlbench prepare <dataset>`.")
+        raise ManifestError(
+            f"{source}: bbox on line(s) {_file_lines(bad)}: {problems[bad[0]]} "
+            f"(found {boxes.iloc[bad[0]]!r}); write 'x y w h' in pixels, or leave it empty. "
+            f"Re-run `dmlbench prepare <dataset>`."
+        )
 
 
 def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>") -> pd.DataFrame:
@@ -146,8 +153,9 @@ def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>")
         ManifestError: naming ``source`` and the offending column or values.
     """
     if frame.empty:
-        raise ManifestError(f"{source}: no rows; a manifest lists one image per row. "
-                            f"Re-run `dmlbench prepare <dataset>`.")
+        raise ManifestError(
+            f"{source}: no rows; a manifest lists one image per row. Re-run `dmlbench prepare <dataset>`."
+        )
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise ManifestError(
@@ -163,8 +171,10 @@ def validate(frame: pd.DataFrame, source: str | os.PathLike[str] = "<manifest>")
     paths = frame["path"].astype(str)
     empty = frame["path"].isna().to_numpy() | (paths.str.strip() == "").to_numpy()
     if empty.any():
-        raise ManifestError(f"{source}: empty 'path' on line(s) {_file_lines(np.flatnonzero(empty))} "
-                            f"(of {empty.sum()}); every row names one image file")
+        raise ManifestError(
+            f"{source}: empty 'path' on line(s) {_file_lines(np.flatnonzero(empty))} "
+            f"(of {empty.sum()}); every row names one image file"
+        )
     repeated = paths.duplicated(keep=False).to_numpy()
     if repeated.any():
         first = paths[repeated].iloc[0]
@@ -200,8 +210,9 @@ def read_manifest(path: str | os.PathLike[str]) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise ManifestError(f"{path}: manifest not found. Run `dmlbench prepare <dataset>` first.")
-    frame = pd.read_csv(path, dtype={"path": str, "label": str, "class_name": str, "split": str, "bbox": str},
-                        keep_default_na=False)  # labels as text: validate reads each exactly
+    frame = pd.read_csv(
+        path, dtype={"path": str, "label": str, "class_name": str, "split": str, "bbox": str}, keep_default_na=False
+    )  # labels as text: validate reads each exactly
     frame = validate(frame, source=path)
     root = path.parent.resolve()
     frame["path"] = [p if os.path.isabs(p) else str(root / p) for p in frame["path"]]

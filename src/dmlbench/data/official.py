@@ -156,8 +156,10 @@ def read_options(config: Mapping[str, Any], info: DatasetInfo) -> dict[str, Any]
     options = {"verify_images": info.verify_images, **info.options}
     options.update({k: config[k] for k in options if config.get(k) is not None})
     if options["verify_images"] not in VERIFY_CHOICES:
-        raise DatasetConfigError(f"{info.title}: `verify_images` must be false, true (open every header) or "
-                                 f"'decode' (decode every image), got {options['verify_images']!r}")
+        raise DatasetConfigError(
+            f"{info.title}: `verify_images` must be false, true (open every header) or "
+            f"'decode' (decode every image), got {options['verify_images']!r}"
+        )
     if "cropped" in options and not isinstance(options["cropped"], bool):
         raise DatasetConfigError(f"{info.title}: `cropped` must be true or false, got {options['cropped']!r}")
     _check_source(config, info)
@@ -266,8 +268,7 @@ class ListFile:
         """
         line, text = self.head[-1]
         if text.split() != expected.split():
-            raise ManifestError(f"{self.where(line)}: expected the header {expected!r}, found {text[:80]!r}; "
-                                f"{RESTORE}")
+            raise ManifestError(f"{self.where(line)}: expected the header {expected!r}, found {text[:80]!r}; {RESTORE}")
 
 
 def _text_lines(path: Path) -> list[tuple[int, str]]:
@@ -281,9 +282,11 @@ def _text_lines(path: Path) -> list[tuple[int, str]]:
         try:
             line = line_bytes.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ManifestError(f"{path}:{number}: not UTF-8 text ({err.reason} at byte {err.start}): "
-                                f"{line_bytes[:80]!r}; the official list files are UTF-8 (or ASCII): "
-                                f"{RESTORE}") from err
+            raise ManifestError(
+                f"{path}:{number}: not UTF-8 text ({err.reason} at byte {err.start}): "
+                f"{line_bytes[:80]!r}; the official list files are UTF-8 (or ASCII): "
+                f"{RESTORE}"
+            ) from err
         text = (line.removeprefix("\ufeff") if number == 1 else line).strip()
         if text:
             lines.append((number, text))
@@ -301,14 +304,16 @@ def read_list(path: Path, n_columns: int, n_head: int = 0) -> ListFile:
     """
     lines = _text_lines(path)
     if len(lines) <= n_head:
-        raise ManifestError(f"{path}: no rows (the file is empty{' or holds only its header' if n_head else ''}); "
-                            f"{RESTORE}")
+        raise ManifestError(
+            f"{path}: no rows (the file is empty{' or holds only its header' if n_head else ''}); {RESTORE}"
+        )
     rows = []
     for number, text in lines[n_head:]:
         cells = text.split()
         if len(cells) != n_columns:
-            raise ManifestError(f"{path}:{number}: expected {n_columns} columns, found {len(cells)}: {text!r}; "
-                                f"{RESTORE}")
+            raise ManifestError(
+                f"{path}:{number}: expected {n_columns} columns, found {len(cells)}: {text!r}; {RESTORE}"
+            )
         rows.append((number, cells))
     return ListFile(Path(path), lines[:n_head], rows)
 

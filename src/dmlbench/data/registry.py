@@ -45,14 +45,18 @@ def check_out_dir(out_dir: Path, source: Path | None) -> None:
     """
     out = out_dir.resolve()
     if source is not None and (out == source.resolve() or source.resolve() in out.parents):
-        raise OutputFolderError(f"--out {out_dir}: is inside the dataset's own files {source}, which prepare never "
-                                "modifies; choose a folder outside it (default data/prepared/<dataset>)")
+        raise OutputFolderError(
+            f"--out {out_dir}: is inside the dataset's own files {source}, which prepare never "
+            "modifies; choose a folder outside it (default data/prepared/<dataset>)"
+        )
     if out_dir.is_dir() and not (out_dir / OWNER_MARKER).is_file() and not (out_dir / LEGACY_OWNED_FILE).is_file():
         entries = sorted(path.name for path in out_dir.iterdir())
         if entries:
-            raise OutputFolderError(f"--out {out_dir}: not empty ({len(entries)} entries, e.g. {entries[0]!r}) and "
-                                    f"not made by dmlbench prepare (no {OWNER_MARKER}); prepare would replace what is "
-                                    "there: choose a new or empty folder")
+            raise OutputFolderError(
+                f"--out {out_dir}: not empty ({len(entries)} entries, e.g. {entries[0]!r}) and "
+                f"not made by dmlbench prepare (no {OWNER_MARKER}); prepare would replace what is "
+                "there: choose a new or empty folder"
+            )
 
 
 def prepare_dataset(config: Mapping[str, Any], out_dir: str | Path) -> Path:
@@ -68,8 +72,10 @@ def prepare_dataset(config: Mapping[str, Any], out_dir: str | Path) -> Path:
         from dmlbench.errors import did_you_mean
         from dmlbench.data.official import DatasetConfigError
 
-        raise DatasetConfigError(f"datasets.*.kind = {kind!r} is not a known dataset kind"
-                                 f"{did_you_mean(str(kind), PREPARER_MODULES)}; known: {sorted(PREPARER_MODULES)}")
+        raise DatasetConfigError(
+            f"datasets.*.kind = {kind!r} is not a known dataset kind"
+            f"{did_you_mean(str(kind), PREPARER_MODULES)}; known: {sorted(PREPARER_MODULES)}"
+        )
     module = importlib.import_module(PREPARER_MODULES[kind])
     out_dir = Path(out_dir)
     from dmlbench.data.official import source_folder

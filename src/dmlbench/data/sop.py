@@ -98,8 +98,9 @@ def read_records(root: Path) -> tuple[list[Record], pd.DataFrame]:
                     f"{listing.path}: class {label} has super_class_id {group} and {first[0]}, folder "
                     f"{folder!r} and {first[1]!r} ({where} and {first[3]}); a class has one super class: {RESTORE}"
                 )
-    table = pd.DataFrame([(label, group, split) for label, (group, _, split, _) in groups.items()],
-                         columns=["label", "group", "split"])
+    table = pd.DataFrame(
+        [(label, group, split) for label, (group, _, split, _) in groups.items()], columns=["label", "group", "split"]
+    )
     return records, table
 
 

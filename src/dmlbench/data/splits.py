@@ -59,6 +59,7 @@ def cap_images_per_class(rows: pd.DataFrame, per_class: int | None) -> pd.DataFr
     if per_class is None:
         return rows
     if per_class < 2:
-        raise ManifestError(f"training.eval_images_per_class must be at least 2 (a query needs a "
-                            f"same-class neighbour), got {per_class}")
+        raise ManifestError(
+            f"training.eval_images_per_class must be at least 2 (a query needs a same-class neighbour), got {per_class}"
+        )
     return rows[rows.groupby("label", sort=False).cumcount() < per_class]

@@ -57,8 +57,8 @@ def pad_collate(items: list[tuple[torch.Tensor, torch.Tensor, int]]) -> tuple[to
     for slot, (image, _, _) in enumerate(items):
         h, w = image.shape[:2]
         canvas[slot, :h, :w] = image
-        canvas[slot, :h, w:] = image[:, w - 1:w]
-        canvas[slot, h:] = canvas[slot, h - 1:h]
+        canvas[slot, :h, w:] = image[:, w - 1 : w]
+        canvas[slot, h:] = canvas[slot, h - 1 : h]
     labels = torch.stack([label for _, label, _ in items])
     return canvas, labels, torch.tensor([index for _, _, index in items], dtype=torch.int64)
 
@@ -84,8 +84,7 @@ class StoredImageDataset(Dataset):
 
     random_in_workers = False
 
-    def __init__(self, store: ImageStore, paths: Sequence[str], labels: np.ndarray, image: ImageSettings,
-                 train: bool):
+    def __init__(self, store: ImageStore, paths: Sequence[str], labels: np.ndarray, image: ImageSettings, train: bool):
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
         self.store = store
@@ -96,7 +95,8 @@ class StoredImageDataset(Dataset):
         self.rows = np.array([store.row_of[str(path)] for path in self.paths], dtype=np.int64)
         self.sizes = torch.from_numpy(store.sizes[self.rows].copy())
         self.transform: Callable[[Image.Image], torch.Tensor] = (
-            training_transform(image) if train else eval_transform(image.resize, image.test_crop))
+            training_transform(image) if train else eval_transform(image.resize, image.test_crop)
+        )
         self.collate_fn: Callable[[list[Any]], Any] | None = pad_collate if train else None
 
     def __len__(self) -> int:
@@ -107,15 +107,16 @@ class StoredImageDataset(Dataset):
         if not self.train:
             crop = self.image.test_crop
             top, left = centre_crop_origin(stored.shape[0], stored.shape[1], crop)
-            stored = np.ascontiguousarray(stored[top:top + crop, left:left + crop])
+            stored = np.ascontiguousarray(stored[top : top + crop, left : left + crop])
         return torch.from_numpy(stored), torch.tensor(self.labels[index]), index
 
     def evaluation_view(self, test: Dataset | None = None) -> "StoredImageDataset":
         """These rows as evaluation delivers them (centre crops); ``test`` is not needed here."""
         return StoredImageDataset(self.store, self.paths, self.labels, self.image, train=False)
 
-    def to_model_input(self, images: torch.Tensor, indices: torch.Tensor,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+    def to_model_input(
+        self, images: torch.Tensor, indices: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """A loader batch on the device → (B, 3, H, W) float32 in [0, 1]: the centre crops scaled, or
         (training) the random resized crops and flips drawn from ``generator``.
 
@@ -126,8 +127,9 @@ class StoredImageDataset(Dataset):
             return images.permute(0, 3, 1, 2).float().div_(255.0)
         if generator is None:
             raise ValueError("training items of the decoded_uint8 pipeline need the epoch's augmentation generator")
-        return augment_batch(images, self.sizes[indices.cpu()], self.image.train_crop, self.image.crop_scale,
-                             self.image.flip, generator)
+        return augment_batch(
+            images, self.sizes[indices.cpu()], self.image.train_crop, self.image.crop_scale, self.image.flip, generator
+        )
 
 
 #: A dataset a loader reads in either pipeline (``training.pipeline``: ``pil`` or ``decoded_uint8``).

@@ -214,11 +214,13 @@ def parse_config(config: Mapping[str, Any]) -> SyntheticConfig:
     classes_per_family = _as_int("classes_per_family", c["classes_per_family"], 2, 20)
     pretrain_classes = _as_int("pretrain_classes", c["pretrain_classes"], 0, 1000)
     if 0 < pretrain_classes and math.ceil(pretrain_classes / classes_per_family) < PRETRAIN_TEST_EVERY:
-        raise ValueError(f"synthetic: 'pretrain_classes' = {pretrain_classes} makes "
-                         f"{math.ceil(pretrain_classes / classes_per_family)} families of at most {classes_per_family}; "
-                         f"at least {PRETRAIN_TEST_EVERY} are needed (every {PRETRAIN_TEST_EVERY}th is held out as the "
-                         f"pretraining test split): raise it to {classes_per_family * (PRETRAIN_TEST_EVERY - 1) + 1} "
-                         "or more, or set 0")
+        raise ValueError(
+            f"synthetic: 'pretrain_classes' = {pretrain_classes} makes "
+            f"{math.ceil(pretrain_classes / classes_per_family)} families of at most {classes_per_family}; "
+            f"at least {PRETRAIN_TEST_EVERY} are needed (every {PRETRAIN_TEST_EVERY}th is held out as the "
+            f"pretraining test split): raise it to {classes_per_family * (PRETRAIN_TEST_EVERY - 1) + 1} "
+            "or more, or set 0"
+        )
     return SyntheticConfig(
         seed=_as_int("seed", c["seed"], 0, 2**63 - 1),
         num_classes=num_classes,
@@ -261,8 +263,9 @@ def _mutate(combo: Combo, slots: Sequence[tuple[str, str]], n_changes: int, rng:
     return tuple(out)
 
 
-def _draw_new(draw: Callable[[], Combo], seen: set[Combo], what: str,
-              accept: Callable[[Combo], bool] = lambda combo: True) -> Combo:
+def _draw_new(
+    draw: Callable[[], Combo], seen: set[Combo], what: str, accept: Callable[[Combo], bool] = lambda combo: True
+) -> Combo:
     """Call ``draw()`` until it returns a combo not in ``seen`` that passes ``accept``; add it to ``seen``."""
     for _ in range(_MAX_DRAWS_PER_CLASS):
         combo = draw()
@@ -272,8 +275,14 @@ def _draw_new(draw: Callable[[], Combo], seen: set[Combo], what: str,
     raise ValueError(f"synthetic: could not draw a new {what}; lower 'classes_per_family' or 'num_classes'")
 
 
-def _family_combos(prototype: Combo, size: int, double_fraction: float, slots: Sequence[tuple[str, str]],
-                   seen: set[Combo], rng: np.random.Generator) -> list[Combo]:
+def _family_combos(
+    prototype: Combo,
+    size: int,
+    double_fraction: float,
+    slots: Sequence[tuple[str, str]],
+    seen: set[Combo],
+    rng: np.random.Generator,
+) -> list[Combo]:
     """Prototype, then single-attribute mutants, then two-attribute mutants (``size`` in all)."""
     n_double = math.floor((size - 1) * double_fraction + 0.5)
     n_single = size - 1 - n_double
@@ -316,8 +325,15 @@ def build_class_table(cfg: SyntheticConfig) -> pd.DataFrame:
             prototypes.append(prototype)
             for combo in _family_combos(prototype, size, cfg.double_mutation_fraction, slots, seen, rng):
                 name = _class_name(family, n_families, prototype, combo, slots)
-                rows.append({"label": len(rows), "class_name": name, "family": family, "split": split,
-                             **{f"{part}_{attr}": v for (part, attr), v in zip(slots, combo)}})
+                rows.append(
+                    {
+                        "label": len(rows),
+                        "class_name": name,
+                        "family": family,
+                        "split": split,
+                        **{f"{part}_{attr}": v for (part, attr), v in zip(slots, combo)},
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -361,7 +377,7 @@ def encode_png(image: np.ndarray) -> bytes:
     data = raw.tobytes()
     blocks = []
     for start in range(0, len(data), 65535):
-        block = data[start:start + 65535]
+        block = data[start : start + 65535]
         is_last = start + len(block) == len(data)
         blocks.append(struct.pack("<BHH", is_last, len(block), len(block) ^ 0xFFFF) + block)
     idat = b"\x78\x01" + b"".join(blocks) + struct.pack(">I", zlib.adler32(data))
@@ -393,8 +409,15 @@ def _write_images(classes: pd.DataFrame, cfg: SyntheticConfig, root: Path) -> pd
         for index in range(cfg.images_per_class):
             rendered = render_image(parts, cfg.render, image_rng(cfg.seed, cls["label"], index))
             (root / folder / f"{index:03d}.png").write_bytes(encode_png(rendered.image))
-            rows.append({"path": f"{IMAGES_DIR}/{folder}/{index:03d}.png", "label": cls["label"],
-                         "class_name": cls["class_name"], "split": cls["split"], "bbox": format_bbox(rendered.box)})
+            rows.append(
+                {
+                    "path": f"{IMAGES_DIR}/{folder}/{index:03d}.png",
+                    "label": cls["label"],
+                    "class_name": cls["class_name"],
+                    "split": cls["split"],
+                    "bbox": format_bbox(rendered.box),
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -77,8 +77,13 @@ DISTRACTOR_SIZE_RANGE: tuple[float, float] = (0.7, 1.3)
 
 _SQRT3_2 = math.sqrt(3.0) / 2.0
 #: Farthest point of each shape from its centre, in radii (bounds the rasterised patch).
-_EXTENT: dict[str, float] = {"circle": 1.0, "ellipse": 1.0, "square": 0.85 * math.sqrt(2.0), "diamond": 1.2,
-                             "triangle": 1.35}
+_EXTENT: dict[str, float] = {
+    "circle": 1.0,
+    "ellipse": 1.0,
+    "square": 0.85 * math.sqrt(2.0),
+    "diamond": 1.2,
+    "triangle": 1.35,
+}
 
 
 @dataclass(frozen=True)
@@ -221,8 +226,19 @@ def _object_shapes(parts: tuple[Part, ...], params: RenderParams, rng: np.random
     cos, sin = math.cos(angle), math.sin(angle)
     red, green, blue = (int(c) + int(rng.integers(-BODY_COLOUR_JITTER, BODY_COLOUR_JITTER + 1)) for c in BODY_COLOUR)
     body_colour = (red, green, blue)
-    shapes = [_Shape("ellipse", cx, cy, BODY_SEMI_AXES[0] * unit, angle, body_colour, "solid", (0.0, 0.0),
-                     BODY_SEMI_AXES[1] / BODY_SEMI_AXES[0])]
+    shapes = [
+        _Shape(
+            "ellipse",
+            cx,
+            cy,
+            BODY_SEMI_AXES[0] * unit,
+            angle,
+            body_colour,
+            "solid",
+            (0.0, 0.0),
+            BODY_SEMI_AXES[1] / BODY_SEMI_AXES[0],
+        )
+    ]
     by_name = {p.name: p for p in parts}
     for name in PART_DRAW_ORDER:
         if name not in by_name:
@@ -233,8 +249,18 @@ def _object_shapes(parts: tuple[Part, ...], params: RenderParams, rng: np.random
         oy = oy + _uniform(rng, (-params.part_jitter, params.part_jitter))
         radius = PART_RADIUS * unit * _uniform(rng, (0.9, 1.1))
         phase = (float(rng.random()) * hi, float(rng.random()) * hi)
-        shapes.append(_Shape(part.shape, cx + unit * (cos * ox + sin * oy), cy + unit * (-sin * ox + cos * oy),
-                             radius, angle, COLOURS[part.colour], part.texture, phase))
+        shapes.append(
+            _Shape(
+                part.shape,
+                cx + unit * (cos * ox + sin * oy),
+                cy + unit * (-sin * ox + cos * oy),
+                radius,
+                angle,
+                COLOURS[part.colour],
+                part.texture,
+                phase,
+            )
+        )
     return shapes
 
 
@@ -243,9 +269,16 @@ def _distractor(params: RenderParams, rng: np.random.Generator) -> _Shape:
     hi = params.image_size * SUPERSAMPLE
     radius = PART_RADIUS * UNIT_FRACTION * hi * _uniform(rng, DISTRACTOR_SIZE_RANGE)
     colour = COLOURS[list(COLOURS)[int(rng.integers(len(COLOURS)))]]
-    return _Shape(SHAPES[int(rng.integers(len(SHAPES)))], float(rng.random()) * hi, float(rng.random()) * hi,
-                  radius, 2.0 * math.pi * float(rng.random()), colour, TEXTURES[int(rng.integers(len(TEXTURES)))],
-                  (float(rng.random()) * hi, float(rng.random()) * hi))
+    return _Shape(
+        SHAPES[int(rng.integers(len(SHAPES)))],
+        float(rng.random()) * hi,
+        float(rng.random()) * hi,
+        radius,
+        2.0 * math.pi * float(rng.random()),
+        colour,
+        TEXTURES[int(rng.integers(len(TEXTURES)))],
+        (float(rng.random()) * hi, float(rng.random()) * hi),
+    )
 
 
 def _value_noise(size: int, cells: int, rng: np.random.Generator) -> np.ndarray:

@@ -20,8 +20,9 @@ def training_transform(image: ImageSettings) -> T.Compose:
         image: the run's ``training.image`` settings.
     """
     steps: list[Any] = [
-        T.RandomResizedCrop(image.train_crop, scale=tuple(image.crop_scale),
-                            interpolation=T.InterpolationMode.BILINEAR, antialias=True),
+        T.RandomResizedCrop(
+            image.train_crop, scale=tuple(image.crop_scale), interpolation=T.InterpolationMode.BILINEAR, antialias=True
+        ),
     ]
     if image.flip:
         steps.append(T.RandomHorizontalFlip())
@@ -32,8 +33,10 @@ def training_transform(image: ImageSettings) -> T.Compose:
 def eval_transform(resize: int, test_crop: int) -> T.Compose:
     """Resize the shorter side to ``resize`` px, centre crop ``test_crop`` px (``training.image.resize``,
     ``training.image.test_crop``)."""
-    return T.Compose([
-        T.Resize(resize, interpolation=T.InterpolationMode.BILINEAR, antialias=True),
-        T.CenterCrop(test_crop),
-        T.ToTensor(),
-    ])
+    return T.Compose(
+        [
+            T.Resize(resize, interpolation=T.InterpolationMode.BILINEAR, antialias=True),
+            T.CenterCrop(test_crop),
+            T.ToTensor(),
+        ]
+    )

@@ -52,7 +52,7 @@ def _extended(points: np.ndarray, norms: np.ndarray, start: int, stop: int, left
 def _transpose(source: np.ndarray, target: np.ndarray) -> None:
     """target[:] = source.T, a few rows of the source at a time."""
     for start in range(0, len(source), TRANSPOSE_ROWS):
-        target[:, start:start + TRANSPOSE_ROWS] = source[start:start + TRANSPOSE_ROWS].T
+        target[:, start : start + TRANSPOSE_ROWS] = source[start : start + TRANSPOSE_ROWS].T
 
 
 def all_pairs_neighbours(points: np.ndarray, k: int, block_rows: int = BLOCK_ROWS) -> tuple[np.ndarray, np.ndarray]:
@@ -99,8 +99,14 @@ def all_pairs_neighbours(points: np.ndarray, k: int, block_rows: int = BLOCK_ROW
     return ids, distances
 
 
-def _fill(points: np.ndarray, norms: np.ndarray, heaps: faiss.float_maxheap_array_t, block: int,
-          pair: np.ndarray, flipped: np.ndarray) -> None:
+def _fill(
+    points: np.ndarray,
+    norms: np.ndarray,
+    heaps: faiss.float_maxheap_array_t,
+    block: int,
+    pair: np.ndarray,
+    flipped: np.ndarray,
+) -> None:
     """Offer the distances of every pair of row blocks to the heaps of both blocks' rows."""
     num_points = len(points)
     for j0 in range(0, num_points, block):
@@ -109,13 +115,13 @@ def _fill(points: np.ndarray, norms: np.ndarray, heaps: faiss.float_maxheap_arra
         for i0 in range(0, j0 + 1, block):
             i1 = min(i0 + block, num_points)
             left = _extended(points, norms, i0, i1, left=True)
-            part = pair[:(i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
+            part = pair[: (i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
             np.matmul(left, right.T, out=part)
             np.maximum(part, 0, out=part)
             if i0 == j0:
                 np.fill_diagonal(part, np.inf)  # a row is not its own neighbour
             heaps.addn(j1 - j0, faiss.swig_ptr(part), j0, i0, i1 - i0)  # rows of I, candidates from J
             if i0 != j0:
-                other = flipped[:(i1 - i0) * (j1 - j0)].reshape(j1 - j0, i1 - i0)
+                other = flipped[: (i1 - i0) * (j1 - j0)].reshape(j1 - j0, i1 - i0)
                 _transpose(part, other)
                 heaps.addn(i1 - i0, faiss.swig_ptr(other), i0, j0, j1 - j0)  # rows of J, candidates from I

@@ -89,12 +89,17 @@ def pruned_lloyd_applies(embeddings: np.ndarray, num_clusters: int) -> bool:
     kernels break in their own order).
     """
     num_points, dim = embeddings.shape
-    return (num_points * num_clusters * dim >= PRUNED_LLOYD_MIN_WORK and num_clusters < num_points
-            and faiss.get_num_gpus() == 0 and not has_duplicate_rows(embeddings))
+    return (
+        num_points * num_clusters * dim >= PRUNED_LLOYD_MIN_WORK
+        and num_clusters < num_points
+        and faiss.get_num_gpus() == 0
+        and not has_duplicate_rows(embeddings)
+    )
 
 
-def kmeans_fit_for_nmi(embeddings: np.ndarray, num_clusters: int, settings: KMeansSettings,
-                       neighbours: Neighbours | None = None) -> KMeansFit:
+def kmeans_fit_for_nmi(
+    embeddings: np.ndarray, num_clusters: int, settings: KMeansSettings, neighbours: Neighbours | None = None
+) -> KMeansFit:
     """The clustering of :func:`kmeans_fit`, computed faster where :func:`pruned_lloyd_applies`.
 
     There :func:`dmlbench.evaluation.kmeans.lloyd` runs faiss's algorithm (start, update, empty-cluster
@@ -162,8 +167,9 @@ def normalized_mutual_info(labels: np.ndarray, clusters: np.ndarray) -> float:
     return float(mutual_information / normaliser)
 
 
-def clustering_nmi(embeddings: np.ndarray, labels: np.ndarray, settings: KMeansSettings,
-                   neighbours: Neighbours | None = None) -> tuple[float, float]:
+def clustering_nmi(
+    embeddings: np.ndarray, labels: np.ndarray, settings: KMeansSettings, neighbours: Neighbours | None = None
+) -> tuple[float, float]:
     """NMI (arithmetic normalisation) between the labels and K-means with K = number of distinct labels.
 
     Args:

@@ -42,15 +42,19 @@ def member_seeds(seed: int, members: int) -> list[int]:
 
 def _stats(members: Sequence[Mapping[str, np.ndarray]]) -> dict[str, float]:
     """Per stat name: the sum over members for :data:`ADDITIVE_STATS`, the mean otherwise; only names all share."""
-    tables = [dict(zip(m["stat_names"].tolist(), m["stat_values"].tolist())) if "stat_names" in m else {}
-              for m in members]
+    tables = [
+        dict(zip(m["stat_names"].tolist(), m["stat_values"].tolist())) if "stat_names" in m else {} for m in members
+    ]
     shared = [name for name in tables[0] if all(name in t for t in tables)]
-    return {name: float(np.sum([t[name] for t in tables]) if name in ADDITIVE_STATS
-                        else np.mean([t[name] for t in tables])) for name in shared}
+    return {
+        name: float(np.sum([t[name] for t in tables]) if name in ADDITIVE_STATS else np.mean([t[name] for t in tables]))
+        for name in shared
+    }
 
 
-def concatenate_members(members: Sequence[Mapping[str, np.ndarray]],
-                        names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def concatenate_members(
+    members: Sequence[Mapping[str, np.ndarray]], names: Sequence[str] | None = None
+) -> dict[str, np.ndarray]:
     """Ensemble of E embedding sets of the same test images: each L2-normalised, then concatenated.
 
     Args:
@@ -78,7 +82,8 @@ def concatenate_members(members: Sequence[Mapping[str, np.ndarray]],
         if not np.array_equal(np.asarray(member["labels"]), labels):
             raise ValueError(f"ensemble: {name} has other labels (or another row order) than {names[0]}; {fix}")
         if ("split" in member) != ("split" in members[0]) or (
-                "split" in member and not np.array_equal(member["split"], members[0]["split"])):
+            "split" in member and not np.array_equal(member["split"], members[0]["split"])
+        ):
             raise ValueError(f"ensemble: {name} has another query/gallery split than {names[0]}; {fix}")
         if len(member["embeddings"]) != len(labels):
             raise ValueError(f"ensemble: {name} has {len(member['embeddings'])} rows for {len(labels)} labels")
@@ -109,4 +114,3 @@ def ensemble_files(member_paths: Sequence[str | Path], out_path: str | Path) -> 
     members = [load_embeddings_npz(p) for p in member_paths]
     write_npz_atomic(out_path, **concatenate_members(members, names=[str(p) for p in member_paths]))
     return out_path
-

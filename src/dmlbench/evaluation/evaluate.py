@@ -43,8 +43,9 @@ def l2_normalise(embeddings: np.ndarray) -> np.ndarray:
     return np.divide(embeddings, norms, out=np.zeros_like(embeddings), where=norms > 0)
 
 
-def _views(embeddings: np.ndarray, learner_slices: list[tuple[int, int]],
-           named: dict[str, tuple[int, int]]) -> Iterator[tuple[str, np.ndarray]]:
+def _views(
+    embeddings: np.ndarray, learner_slices: list[tuple[int, int]], named: dict[str, tuple[int, int]]
+) -> Iterator[tuple[str, np.ndarray]]:
     """(key prefix, embeddings) of the full embedding as given, then of each L2-normalised learner
     slice, then of each L2-normalised named view."""
     yield "", embeddings
@@ -81,8 +82,10 @@ def self_pair_similarity(embeddings: np.ndarray, learner_slices: Sequence[tuple[
 def _learner_means(metrics: dict[str, float], num_learners: int) -> dict[str, float]:
     """``learners_mean/<metric>``: each metric averaged over the learners (their ``learner{m}/`` keys)."""
     names = [key.split("/", 1)[1] for key in metrics if key.startswith("learner0/")]
-    return {f"learners_mean/{name}": float(np.mean([metrics[f"learner{m}/{name}"] for m in range(num_learners)]))
-            for name in names}
+    return {
+        f"learners_mean/{name}": float(np.mean([metrics[f"learner{m}/{name}"] for m in range(num_learners)]))
+        for name in names
+    }
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,9 @@ class Evaluation:
     per_query: dict[str, np.ndarray]
 
 
-def evaluate_embeddings(embeddings: np.ndarray, labels: np.ndarray, recall_ks: Sequence[int],
-                        **options: Any) -> dict[str, float]:
+def evaluate_embeddings(
+    embeddings: np.ndarray, labels: np.ndarray, recall_ks: Sequence[int], **options: Any
+) -> dict[str, float]:
     """The metrics of :func:`evaluate_views` (same arguments), without the per-query arrays."""
     return evaluate_views(embeddings, labels, recall_ks, **options).metrics
 

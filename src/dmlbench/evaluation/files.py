@@ -47,27 +47,36 @@ def load_embeddings_npz(path: str | Path) -> dict[str, np.ndarray]:
     """
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: embeddings file not found; write it with `dmlbench embed RUN_DIR` "
-                                f"(or build its run with `snakemake --cores N {path}`)")
+        raise FileNotFoundError(
+            f"{path}: embeddings file not found; write it with `dmlbench embed RUN_DIR` "
+            f"(or build its run with `snakemake --cores N {path}`)"
+        )
     try:
         archive = np.load(path, allow_pickle=False)
     except NPZ_READ_ERRORS as err:
-        raise EmbeddingsFileError(f"{path}: not a readable .npz archive ({err}); re-create it with `dmlbench embed` "
-                                  f"(or numpy.savez with the keys {REQUIRED_KEYS})") from err
+        raise EmbeddingsFileError(
+            f"{path}: not a readable .npz archive ({err}); re-create it with `dmlbench embed` "
+            f"(or numpy.savez with the keys {REQUIRED_KEYS})"
+        ) from err
     if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise EmbeddingsFileError(f"{path}: holds a single array (.npy), not an .npz archive with the keys "
-                                  f"{REQUIRED_KEYS}; write it with numpy.savez(path, embeddings=..., labels=...)")
+        raise EmbeddingsFileError(
+            f"{path}: holds a single array (.npy), not an .npz archive with the keys "
+            f"{REQUIRED_KEYS}; write it with numpy.savez(path, embeddings=..., labels=...)"
+        )
     with archive:
         repeated = repeated_members(archive)
         if repeated:
-            raise EmbeddingsFileError(f"{path}: holds the array {repeated[0]!r} more than once (a zip member "
-                                      f"written twice); numpy would read only one of them. Re-create the file "
-                                      f"with `dmlbench embed` (or one numpy.savez call)")
+            raise EmbeddingsFileError(
+                f"{path}: holds the array {repeated[0]!r} more than once (a zip member "
+                f"written twice); numpy would read only one of them. Re-create the file "
+                f"with `dmlbench embed` (or one numpy.savez call)"
+            )
         keys = set(archive.files)
         unknown = sorted(keys - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
         if unknown:
-            raise EmbeddingsFileError(f"{path}: unknown key(s) {unknown}; "
-                                      f"allowed keys are {REQUIRED_KEYS + OPTIONAL_KEYS}")
+            raise EmbeddingsFileError(
+                f"{path}: unknown key(s) {unknown}; allowed keys are {REQUIRED_KEYS + OPTIONAL_KEYS}"
+            )
         for key in REQUIRED_KEYS:
             if key not in keys:
                 raise EmbeddingsFileError(f"{path}: missing required key {key!r} (found {sorted(keys)})")
@@ -121,8 +130,7 @@ def evaluate_file(
         arrays = load_embeddings_npz(npz_path)
     try:
         # the keys are the array parameters (load_embeddings_npz checks them); mypy matches **arrays to every keyword
-        evaluation = evaluate_views(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size,
-                                    **arrays)  # type: ignore[arg-type]
+        evaluation = evaluate_views(recall_ks=recall_ks, kmeans=kmeans, chunk_size=chunk_size, **arrays)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
         raise type(err)(f"{npz_path}: {err}") from err
     if per_query_path is not None:

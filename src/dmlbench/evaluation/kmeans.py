@@ -144,7 +144,7 @@ def split_clusters(centroids: np.ndarray, counts: np.ndarray, num_points: int) -
             hits = np.flatnonzero(draws < probability)
             if len(hits):
                 donor = int(hits[0])
-                rng.give_back(draws[donor + 1:])
+                rng.give_back(draws[donor + 1 :])
                 break
         if donor < 0:
             donor = int(np.argmax(counts))  # faiss's fallback: the first largest cluster
@@ -179,7 +179,7 @@ def sequential_sums(points: np.ndarray, rows: np.ndarray, groups: np.ndarray, nu
     by_rank = np.argsort(rank, kind="stable")
     bounds = np.searchsorted(rank[by_rank], np.arange(int(rank.max()) + 2))
     for level in range(len(bounds) - 1):
-        step = by_rank[bounds[level]:bounds[level + 1]]  # at most one row per group
+        step = by_rank[bounds[level] : bounds[level + 1]]  # at most one row per group
         sums[grouped[step]] += points[rows[order[step]]]
     return sums
 
@@ -228,8 +228,9 @@ class Assigner:
         self.points = points
         self.squared_norms = np.einsum("ij,ij->i", points, points)
 
-    def nearest(self, rows: np.ndarray | None, centroids: np.ndarray,
-                columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(
+        self, rows: np.ndarray | None, centroids: np.ndarray, columns: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(index, squared distance) of the nearest of ``centroids`` (rows ``columns`` of them) for the points.
 
         Args:
@@ -248,7 +249,7 @@ class Assigner:
         for start in range(0, count, block):
             stop = min(start + block, count)
             chosen = slice(start, stop) if rows is None else rows[start:stop]
-            part = scores[:stop - start]
+            part = scores[: stop - start]
             np.matmul(self.points[chosen], scaled.T, out=part)
             part += norms
             best = part.argmin(axis=1)
@@ -261,8 +262,9 @@ class Assigner:
             nearest = columns[nearest]
         return nearest, distances
 
-    def reassign(self, assignment: np.ndarray, distances: np.ndarray, old: np.ndarray,
-                 new: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def reassign(
+        self, assignment: np.ndarray, distances: np.ndarray, old: np.ndarray, new: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The nearest of the ``new`` centroids for every point, given the assignment to the ``old`` ones.
 
         Returns:
@@ -289,7 +291,8 @@ class Assigner:
                 candidate, candidate_distance = self.nearest(settled, new, moved_ids)
             current, current_distance = assignment[settled], distances[settled]
             closer = (candidate_distance < current_distance) | (
-                (candidate_distance == current_distance) & (candidate < current))
+                (candidate_distance == current_distance) & (candidate < current)
+            )
             assignment[settled[closer]] = candidate[closer]
             distances[settled[closer]] = candidate_distance[closer]
         return assignment, distances, moved
@@ -300,8 +303,9 @@ def objective(distances: np.ndarray) -> np.float32:
     return np.cumsum(distances, dtype=np.float32)[-1]
 
 
-def first_assignment(assigner: Assigner, centroids: np.ndarray, starts: np.ndarray,
-                     neighbours: Neighbours | None) -> tuple[np.ndarray, np.ndarray]:
+def first_assignment(
+    assigner: Assigner, centroids: np.ndarray, starts: np.ndarray, neighbours: Neighbours | None
+) -> tuple[np.ndarray, np.ndarray]:
     """(nearest centroid, squared distance) of every point for the starting centroids ``points[starts]``.
 
     With ``neighbours`` (the rows' nearest other rows), a row that is itself a starting centroid takes it
@@ -331,8 +335,9 @@ def first_assignment(assigner: Assigner, centroids: np.ndarray, starts: np.ndarr
     return assignment, distances
 
 
-def lloyd(points: np.ndarray, num_clusters: int, niter: int, nredo: int, seed: int,
-          neighbours: Neighbours | None = None) -> LloydResult:
+def lloyd(
+    points: np.ndarray, num_clusters: int, niter: int, nredo: int, seed: int, neighbours: Neighbours | None = None
+) -> LloydResult:
     """K-means of ``points`` as faiss's ``Kmeans(d, K, niter=, nredo=, seed=)`` (no subsampling) runs it.
 
     Args:

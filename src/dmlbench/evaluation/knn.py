@@ -173,8 +173,9 @@ def search(index: FlatIndex, points: np.ndarray, rows: np.ndarray, k: int, exclu
     return search_with_distances(index, points, rows, k, exclude_self)[0]
 
 
-def search_with_distances(index: FlatIndex, points: np.ndarray, rows: np.ndarray, k: int,
-                          exclude_self: bool) -> tuple[np.ndarray, np.ndarray]:
+def search_with_distances(
+    index: FlatIndex, points: np.ndarray, rows: np.ndarray, k: int, exclude_self: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`search`, with the (c, k) float32 squared distances of the neighbours returned."""
     k_search = k + 1 if exclude_self else k
     distances, neighbours = index.search(points[rows], k_search)

@@ -126,7 +126,7 @@ class TorchFlatL2:
         k = min(k, stop - start)
         values, columns = distances.topk(min(k + 1, stop - start), dim=1, largest=False)  # sorted
         keys = pack(values[:, :k], columns[:, :k] + start)
-        tied = (values[:, k:] == values[:, k - 1:k]).any(dim=1)  # the k-th distance recurs at rank k + 1
+        tied = (values[:, k:] == values[:, k - 1 : k]).any(dim=1)  # the k-th distance recurs at rank k + 1
         if tied.any():
             rows = torch.arange(start, stop, device=self.device)
             keys[tied] = pack(distances[tied], rows).topk(k, dim=1, largest=False, sorted=False).values

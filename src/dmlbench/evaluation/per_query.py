@@ -42,8 +42,11 @@ def per_query_arrays(task: RetrievalTask, views: Mapping[str, QueryResults]) -> 
         views: key prefix (``""`` for the full embedding, ``"learner0/"``, ...) → that view's results,
             computed with AP@R and R-precision.
     """
-    arrays = {"row": task.query_rows.astype(np.int64), "label": task.query_labels.astype(np.int64),
-              "num_relevant": task.relevant_counts.astype(np.int64)}
+    arrays = {
+        "row": task.query_rows.astype(np.int64),
+        "label": task.query_labels.astype(np.int64),
+        "num_relevant": task.relevant_counts.astype(np.int64),
+    }
     for prefix, results in views.items():
         arrays[f"{prefix}first_hit_rank"] = results.first_hit_rank.astype(np.int64)
         arrays[f"{prefix}ap_at_r"] = np.asarray(results.ap_at_r, dtype=np.float64)

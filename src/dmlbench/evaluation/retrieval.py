@@ -139,7 +139,11 @@ def _relevance(
 
 
 def exhaustive_first_hit_rank(
-    embeddings: np.ndarray, database: np.ndarray, task: RetrievalTask, queries: np.ndarray, floor: int,
+    embeddings: np.ndarray,
+    database: np.ndarray,
+    task: RetrievalTask,
+    queries: np.ndarray,
+    floor: int,
     ties_within: int = 0,
 ) -> np.ndarray:
     """1-based rank of the first relevant database item of the selected queries, without a kNN search.
@@ -168,7 +172,7 @@ def exhaustive_first_hit_rank(
     block = max(1, RANK_BLOCK_ELEMENTS // len(database))
     ranks = []
     for start in range(0, len(queries), block):
-        selected = queries[start:start + block]
+        selected = queries[start : start + block]
         # (c, G) squared distances less the query's own |q|², which does not change the order
         distances = squared_norms[None, :] - 2.0 * (embeddings[task.query_rows[selected]] @ database.T)
         if task.database_rows is None:
@@ -317,12 +321,23 @@ def all_pairs_applies(embeddings: np.ndarray, k: int) -> bool:
     from dmlbench.evaluation.knn import torch_cuda_available
 
     num_points, dim = embeddings.shape
-    return (num_points * num_points * dim >= ALL_PAIRS_MIN_WORK and k < num_points
-            and faiss.get_num_gpus() == 0 and not torch_cuda_available())
+    return (
+        num_points * num_points * dim >= ALL_PAIRS_MIN_WORK
+        and k < num_points
+        and faiss.get_num_gpus() == 0
+        and not torch_cuda_available()
+    )
 
 
-def _all_pairs_results(embeddings: np.ndarray, task: RetrievalTask, k_first: int, depth: int, max_r: int,
-                       exact_ranks: bool, keep_neighbours: bool) -> QueryResults:
+def _all_pairs_results(
+    embeddings: np.ndarray,
+    task: RetrievalTask,
+    k_first: int,
+    depth: int,
+    max_r: int,
+    exact_ranks: bool,
+    keep_neighbours: bool,
+) -> QueryResults:
     """:func:`query_results` in the all-vs-all protocol from one pass of
     :func:`~dmlbench.evaluation.allpairs.all_pairs_neighbours` for k1 neighbours of every row.
 
@@ -341,8 +356,9 @@ def _all_pairs_results(embeddings: np.ndarray, task: RetrievalTask, k_first: int
     misses = np.flatnonzero(ranks_1 > k_first)
     if len(misses):
         with phase("exact first-hit ranks"):
-            ranks_1[misses] = exhaustive_first_hit_rank(embeddings, embeddings, task, misses, k_first + 1,
-                                                        ties_within=depth)
+            ranks_1[misses] = exhaustive_first_hit_rank(
+                embeddings, embeddings, task, misses, k_first + 1, ties_within=depth
+            )
     if not exact_ranks:
         np.minimum(ranks_1, depth + 1, out=ranks_1)
     kept = Neighbours(np.arange(len(embeddings)), ids, distances) if keep_neighbours else None

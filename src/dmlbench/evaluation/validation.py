@@ -68,8 +68,10 @@ def check_labels(labels: np.ndarray, num_rows: int) -> np.ndarray:
         raise EvaluationInputError(f"labels has {len(array)} entries but embeddings has {num_rows} rows")
     if array.dtype.kind == "u" and len(array) and array.max() > INT64_MAX:
         row = int(np.argmax(array > INT64_MAX))
-        raise EvaluationInputError(f"labels row {row} holds {array[row]}, beyond {INT64_MAX}, the largest class id "
-                                   f"(int64) the evaluation compares; number the classes from 0 (as prepare does)")
+        raise EvaluationInputError(
+            f"labels row {row} holds {array[row]}, beyond {INT64_MAX}, the largest class id "
+            f"(int64) the evaluation compares; number the classes from 0 (as prepare does)"
+        )
     if len(np.unique(array)) < 2:
         raise EvaluationInputError(
             f"labels hold a single class ({array[0]}): every neighbour is a match and every clustering is "
@@ -94,7 +96,8 @@ def check_not_collapsed(embeddings: np.ndarray, database_rows: np.ndarray | None
     raise CollapsedEmbeddingsError(
         f"all {len(database):,} {which} are identical ({value}): the model collapsed to one point, so every "
         f"neighbour ties and Recall@K would only reflect the order of the rows. Retrain it (e.g. a lower lr) "
-        f"and check its training log, or re-create the file if it was written wrongly")
+        f"and check its training log, or re-create the file if it was written wrongly"
+    )
 
 
 def check_split(split: np.ndarray | None, num_rows: int) -> np.ndarray | None:
@@ -158,7 +161,8 @@ def check_views(names: np.ndarray | None, slices: np.ndarray | None, dim: int) -
     array = np.asarray(slices)
     if array.ndim != 2 or array.shape != (len(names_list), 2) or array.dtype.kind not in "iu":
         raise EvaluationInputError(
-            f"view_slices must be integers of shape ({len(names_list)}, 2), got {array.dtype} {array.shape}")
+            f"view_slices must be integers of shape ({len(names_list)}, 2), got {array.dtype} {array.shape}"
+        )
     if len(set(names_list)) != len(names_list):
         raise EvaluationInputError(f"view_names repeat a name: {names_list}")
     views = {}
@@ -167,7 +171,8 @@ def check_views(names: np.ndarray | None, slices: np.ndarray | None, dim: int) -
             raise EvaluationInputError(f"view name {name!r} must match [a-z0-9_]+ and not start with 'learner'")
         if not 0 <= start < stop <= dim:
             raise EvaluationInputError(
-                f"view {name!r} = [{start}, {stop}) is empty or outside the {dim} embedding columns")
+                f"view {name!r} = [{start}, {stop}) is empty or outside the {dim} embedding columns"
+            )
         views[name] = (int(start), int(stop))
     return views
 
@@ -198,8 +203,9 @@ def check_stats(names: np.ndarray | None, values: np.ndarray | None) -> dict[str
         raise EvaluationInputError(f"stat_names {names_list} and stat_values {numbers.tolist()} must match one to one")
     bad = [n for n in names_list if not re.fullmatch(STAT_NAME, n)]
     if bad or not np.isfinite(numbers).all():
-        raise EvaluationInputError(f"stats must have names matching {STAT_NAME} and finite values: "
-                         f"{dict(zip(names_list, numbers))}")
+        raise EvaluationInputError(
+            f"stats must have names matching {STAT_NAME} and finite values: {dict(zip(names_list, numbers))}"
+        )
     return {name: float(value) for name, value in zip(names_list, numbers)}
 
 

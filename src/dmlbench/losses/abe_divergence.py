@@ -140,9 +140,16 @@ class ABELoss(nn.Module):
     before weighting) for logging.
     """
 
-    def __init__(self, metric: nn.Module, learner_slices: Sequence[tuple[int, int]], *,
-                 divergence_weight: float = 1.0, divergence_margin: float = 1.0,
-                 divergence_reduction: DivergenceReduction = "per_learner", pairs: PairMode = "all"):
+    def __init__(
+        self,
+        metric: nn.Module,
+        learner_slices: Sequence[tuple[int, int]],
+        *,
+        divergence_weight: float = 1.0,
+        divergence_margin: float = 1.0,
+        divergence_reduction: DivergenceReduction = "per_learner",
+        pairs: PairMode = "all",
+    ):
         super().__init__()
         check_positive("divergence_weight", divergence_weight, allow_zero=True)
         check_positive("divergence_margin", divergence_margin)

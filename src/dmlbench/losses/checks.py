@@ -32,8 +32,7 @@ def check_batch(embeddings: Tensor, labels: Tensor) -> Tensor:
         raise ValueError(f"labels must have shape (B,), got {tuple(labels.shape)}")
     if labels.shape[0] != embeddings.shape[0]:
         raise ValueError(
-            f"labels/embeddings batch size mismatch: {labels.shape[0]} labels "
-            f"for {embeddings.shape[0]} embeddings"
+            f"labels/embeddings batch size mismatch: {labels.shape[0]} labels for {embeddings.shape[0]} embeddings"
         )
     if embeddings.shape[0] == 0:
         raise ValueError("empty batch")
@@ -56,8 +55,7 @@ def check_labels_in_range(labels: Tensor, num_classes: int) -> None:
     low, high = (int(v) for v in torch.aminmax(labels))
     if low < 0 or high >= num_classes:
         raise ValueError(
-            f"labels must lie in [0, {num_classes - 1}] (contiguous training "
-            f"labels), got values in [{low}, {high}]"
+            f"labels must lie in [0, {num_classes - 1}] (contiguous training labels), got values in [{low}, {high}]"
         )
 
 

@@ -45,8 +45,15 @@ from torch import Tensor, nn
 from .checks import check_positive
 from .deml_adversary import AdversaryNetwork, contrastive_hinge_diversity
 
-__all__ = ["CODE_NTRI_WEIGHT", "DeMLLoss", "DeMLLossTerms", "NTRI_VARIANTS", "PAPER_NTRI_WEIGHT", "activation_decay",
-           "nontrivial_solution_penalty"]
+__all__ = [
+    "CODE_NTRI_WEIGHT",
+    "DeMLLoss",
+    "DeMLLossTerms",
+    "NTRI_VARIANTS",
+    "PAPER_NTRI_WEIGHT",
+    "activation_decay",
+    "nontrivial_solution_penalty",
+]
 
 #: The scales of L_ntri: the released code's (default) and the paper's as printed.
 NTRI_VARIANTS = ("code", "paper")
@@ -109,15 +116,29 @@ class DeMLLoss(nn.Module):
         ntri_variant: the scale of L_ntri, 'code' or 'paper' (:func:`nontrivial_solution_penalty`).
     """
 
-    def __init__(self, metric: nn.Module, *, num_scales: int, learners_per_scale: int, learner_dim: int,
-                 adversary: Literal["grl", "contrastive", "none"] = "grl", adversary_weight: float = 1.0,
-                 adversary_hidden: int = 128, adversary_margin: float = 2.0, decay_weight: float = 0.014,
-                 ntri_weight: float = CODE_NTRI_WEIGHT, ntri_variant: str = "code"):
+    def __init__(
+        self,
+        metric: nn.Module,
+        *,
+        num_scales: int,
+        learners_per_scale: int,
+        learner_dim: int,
+        adversary: Literal["grl", "contrastive", "none"] = "grl",
+        adversary_weight: float = 1.0,
+        adversary_hidden: int = 128,
+        adversary_margin: float = 2.0,
+        decay_weight: float = 0.014,
+        ntri_weight: float = CODE_NTRI_WEIGHT,
+        ntri_variant: str = "code",
+    ):
         super().__init__()
         if adversary not in ("grl", "contrastive", "none"):
             raise ValueError(f"adversary must be 'grl', 'contrastive' or 'none', got {adversary!r}")
-        for name, value in (("adversary_weight", adversary_weight), ("decay_weight", decay_weight),
-                            ("ntri_weight", ntri_weight)):
+        for name, value in (
+            ("adversary_weight", adversary_weight),
+            ("decay_weight", decay_weight),
+            ("ntri_weight", ntri_weight),
+        ):
             if value < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {value}")
         if ntri_variant not in NTRI_VARIANTS:
@@ -132,13 +153,15 @@ class DeMLLoss(nn.Module):
         self.ntri_variant = ntri_variant
         self.adversaries = nn.ModuleList(
             [AdversaryNetwork(learner_dim, adversary_hidden) for _ in range(num_scales)]
-            if self.adversary == "grl" else [])
+            if self.adversary == "grl"
+            else []
+        )
 
     def forward(self, embeddings: Sequence[Tensor], labels: Tensor, learner_weights: Sequence[Tensor]) -> DeMLLossTerms:
         """Args:
-            embeddings: per scale, (J, B, w) raw learner outputs.
-            labels: (B,) class labels.
-            learner_weights: the (w, d1) weight matrix of every learner (for L_ntri).
+        embeddings: per scale, (J, B, w) raw learner outputs.
+        labels: (B,) class labels.
+        learner_weights: the (w, d1) weight matrix of every learner (for L_ntri).
         """
         metric = torch.stack([self.metric(e, labels) for scale in embeddings for e in scale]).mean()
         zero = metric.new_zeros(())
@@ -146,10 +169,14 @@ class DeMLLoss(nn.Module):
             adversary = self.adversary_weight * sum((f(e) for f, e in zip(self.adversaries, embeddings)), zero)
         elif self.adversary == "contrastive":
             adversary = self.adversary_weight * sum(
-                (contrastive_hinge_diversity(e, self.adversary_margin) for e in embeddings), zero)
+                (contrastive_hinge_diversity(e, self.adversary_margin) for e in embeddings), zero
+            )
         else:
             adversary = zero
         decay = self.decay_weight * activation_decay(embeddings) if self.decay_weight > 0 else zero
-        ntri = (self.ntri_weight * nontrivial_solution_penalty(learner_weights, self.ntri_variant)
-                if self.ntri_weight > 0 else zero)
+        ntri = (
+            self.ntri_weight * nontrivial_solution_penalty(learner_weights, self.ntri_variant)
+            if self.ntri_weight > 0
+            else zero
+        )
         return DeMLLossTerms(metric + adversary + decay + ntri, metric, adversary, decay, ntri)

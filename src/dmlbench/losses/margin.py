@@ -182,8 +182,7 @@ class DistanceWeightedMarginLoss(nn.Module):
         check_positive("cutoff", cutoff)
         if nonzero_loss_cutoff <= cutoff:
             raise ValueError(
-                f"hyperparameter 'nonzero_loss_cutoff' ({nonzero_loss_cutoff}) "
-                f"must be > 'cutoff' ({cutoff})"
+                f"hyperparameter 'nonzero_loss_cutoff' ({nonzero_loss_cutoff}) must be > 'cutoff' ({cutoff})"
             )
         self.num_classes = num_classes
         self.class_specific_beta = class_specific_beta
@@ -212,9 +211,7 @@ class DistanceWeightedMarginLoss(nn.Module):
         """(num_classes,) or (1,) margin boundaries β."""
         return self.pml_loss.beta
 
-    def sample(
-        self, embeddings: Tensor, labels: Tensor, generator: torch.Generator | None = None
-    ) -> Triplets:
+    def sample(self, embeddings: Tensor, labels: Tensor, generator: torch.Generator | None = None) -> Triplets:
         """Distance-weighted triplets of the batch; see :func:`sample_distance_weighted_triplets`."""
         return sample_distance_weighted_triplets(
             embeddings,

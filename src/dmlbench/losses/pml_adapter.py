@@ -63,8 +63,12 @@ _KINDS: dict[str, tuple[str, str, str]] = {
     "regularizer": ("regularizers", "BaseRegularizer", "regularizer"),
 }
 #: keyword arguments that take a PML object, and the kind of object.
-_OBJECT_ARGUMENTS = {"distance": "distance", "reducer": "reducer",
-                     "embedding_regularizer": "regularizer", "weight_regularizer": "regularizer"}
+_OBJECT_ARGUMENTS = {
+    "distance": "distance",
+    "reducer": "reducer",
+    "embedding_regularizer": "regularizer",
+    "weight_regularizer": "regularizer",
+}
 #: classes a subclass test admits but that cannot train on (embeddings, labels) batches.
 _EXCLUDED = {
     "GenericPairLoss": "a base class of the pair losses, not a loss",
@@ -95,8 +99,13 @@ def _classes(kind: str) -> dict[str, type]:
     found = {}
     for attribute in dir(module):
         value = getattr(module, attribute)
-        if (not attribute.startswith("_") and inspect.isclass(value) and issubclass(value, base)
-                and value is not base and attribute not in _EXCLUDED):
+        if (
+            not attribute.startswith("_")
+            and inspect.isclass(value)
+            and issubclass(value, base)
+            and value is not base
+            and attribute not in _EXCLUDED
+        ):
             found[attribute] = value
     return dict(sorted(found.items()))
 
@@ -117,11 +126,15 @@ def _resolve(name: Any, kind: str, where: str) -> type:
     what = _KINDS[kind][2]
     match = _NAME.fullmatch(name) if isinstance(name, str) else None
     if match is None:
-        raise ValueError(f"{where} = {name!r}: a pytorch-metric-learning {what} is named 'pml:<ClassName>' "
-                         f"(a letter, then letters, digits or underscores), e.g. 'pml:{_example(kind)}'")
+        raise ValueError(
+            f"{where} = {name!r}: a pytorch-metric-learning {what} is named 'pml:<ClassName>' "
+            f"(a letter, then letters, digits or underscores), e.g. 'pml:{_example(kind)}'"
+        )
     if not pml_installed():
-        raise ValueError(f"{where} = {name!r}: a pytorch-metric-learning {what} needs the package "
-                         f"pytorch_metric_learning, which is not installed: {PML_INSTALL}")
+        raise ValueError(
+            f"{where} = {name!r}: a pytorch-metric-learning {what} needs the package "
+            f"pytorch_metric_learning, which is not installed: {PML_INSTALL}"
+        )
     class_name = match.group(1)
     classes = _classes(kind)
     if class_name in classes:
@@ -132,13 +145,20 @@ def _resolve(name: Any, kind: str, where: str) -> type:
     close = difflib.get_close_matches(class_name, list(classes), n=5, cutoff=0.5)
     close += [n for n in classes if class_name.lower() in n.lower() and n not in close][: 5 - len(close)]
     listing = f"; close names: {', '.join(close)}" if len(close) > 1 or close and not hint else ""
-    raise ValueError(f"{where} = {name!r}: pytorch_metric_learning.{_KINDS[kind][0]} has no {what} class "
-                     f"{class_name!r}{hint}{listing} (`dmlbench list losses` lists them)")
+    raise ValueError(
+        f"{where} = {name!r}: pytorch_metric_learning.{_KINDS[kind][0]} has no {what} class "
+        f"{class_name!r}{hint}{listing} (`dmlbench list losses` lists them)"
+    )
 
 
 def _example(kind: str) -> str:
-    return {"loss": "MultiSimilarityLoss", "miner": "MultiSimilarityMiner", "distance": "CosineSimilarity",
-            "reducer": "MeanReducer", "regularizer": "LpRegularizer"}[kind]
+    return {
+        "loss": "MultiSimilarityLoss",
+        "miner": "MultiSimilarityMiner",
+        "distance": "CosineSimilarity",
+        "reducer": "MeanReducer",
+        "regularizer": "LpRegularizer",
+    }[kind]
 
 
 def _keyword_arguments(cls: type) -> dict[str, inspect.Parameter]:
@@ -185,28 +205,36 @@ def _build(spec: Any, kind: str, where: str, from_run: Mapping[str, int]) -> nn.
     kwargs: dict[str, Any] = {}
     for key, value in config.items():
         if key in injected:
-            raise ValueError(f"{where}: {key!r} of {name} comes from the run ({_FROM_RUN_WHAT[_FROM_RUN[key]]}); "
-                             f"remove it")
+            raise ValueError(
+                f"{where}: {key!r} of {name} comes from the run ({_FROM_RUN_WHAT[_FROM_RUN[key]]}); remove it"
+            )
         if key not in accepted:
             settable = sorted(k for k in accepted if k not in injected)
-            raise ValueError(f"{where}: {name} has no keyword argument {key!r}; accepted: "
-                             f"{', '.join(settable) or '(none)'}")
+            raise ValueError(
+                f"{where}: {name} has no keyword argument {key!r}; accepted: {', '.join(settable) or '(none)'}"
+            )
         if key in _OBJECT_ARGUMENTS and value is not None:
             kwargs[key] = _build(value, _OBJECT_ARGUMENTS[key], f"{where}.{key}", from_run)
         elif not _is_plain(value):
-            raise ValueError(f"{where}.{key} = {value!r}: a keyword argument of {name} must be a number, a "
-                             f"boolean, a string, null or a list of them")
+            raise ValueError(
+                f"{where}.{key} = {value!r}: a keyword argument of {name} must be a number, a "
+                f"boolean, a string, null or a list of them"
+            )
         else:
             kwargs[key] = value
-    missing = [p.name for p in accepted.values()
-               if p.default is inspect.Parameter.empty and p.name not in kwargs and p.name not in injected]
+    missing = [
+        p.name
+        for p in accepted.values()
+        if p.default is inspect.Parameter.empty and p.name not in kwargs and p.name not in injected
+    ]
     if missing:
         raise ValueError(f"{where}: {name} needs {', '.join(repr(m) for m in missing)} (no default)")
     try:
         return cls(**injected, **kwargs)
     except (TypeError, ValueError, AssertionError) as err:
-        raise ValueError(f"{where}: {name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): "
-                         f"{type(err).__name__}: {err}") from err
+        raise ValueError(
+            f"{where}: {name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}): {type(err).__name__}: {err}"
+        ) from err
 
 
 class PMLLoss(nn.Module):
@@ -249,8 +277,7 @@ class PMLLoss(nn.Module):
         return f"name={self.name!r}"
 
 
-def build_pml_loss(config: Mapping[str, Any], num_classes: int, embedding_dim: int,
-                   where: str = "loss") -> PMLLoss:
+def build_pml_loss(config: Mapping[str, Any], num_classes: int, embedding_dim: int, where: str = "loss") -> PMLLoss:
     """The :class:`PMLLoss` of a loss config ``{name: "pml:<LossClass>", miner: ..., **kwargs}``.
 
     Args:

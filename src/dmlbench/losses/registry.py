@@ -39,9 +39,11 @@ def loss_name_error(name: Any) -> str:
     """The message for an unknown loss name: a suggestion, the built-in names and the ``pml:`` form."""
     from dmlbench.errors import did_you_mean
 
-    return (f"unknown loss name {name!r}{did_you_mean(str(name), LOSS_NAMES)}; allowed names: "
-            f"{', '.join(LOSS_NAMES)}, or 'pml:<LossClass>' for a pytorch-metric-learning loss "
-            f"(`dmlbench list losses`)")
+    return (
+        f"unknown loss name {name!r}{did_you_mean(str(name), LOSS_NAMES)}; allowed names: "
+        f"{', '.join(LOSS_NAMES)}, or 'pml:<LossClass>' for a pytorch-metric-learning loss "
+        f"(`dmlbench list losses`)"
+    )
 
 
 def loss_defaults(name: str) -> dict[str, Any]:
@@ -65,10 +67,7 @@ def _check_type(name: str, key: str, value: Any, default: Any) -> Any:
             return value
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    raise ValueError(
-        f"loss {name!r}: hyperparameter {key!r} must be a "
-        f"{type(default).__name__}, got {value!r}"
-    )
+    raise ValueError(f"loss {name!r}: hyperparameter {key!r} must be a {type(default).__name__}, got {value!r}")
 
 
 def build_loss(config: Mapping[str, Any], num_classes: int, embedding_dim: int) -> nn.Module:
@@ -105,12 +104,13 @@ def build_loss(config: Mapping[str, Any], num_classes: int, embedding_dim: int) 
         if key == "name":
             continue
         if key == "miner":
-            raise ValueError(f"loss {name!r}: 'miner' applies to pml: losses only (the project's losses "
-                             f"choose their tuples as their papers do)")
+            raise ValueError(
+                f"loss {name!r}: 'miner' applies to pml: losses only (the project's losses "
+                f"choose their tuples as their papers do)"
+            )
         if key not in defaults:
             raise ValueError(
-                f"loss {name!r}: unknown hyperparameter {key!r}; "
-                f"allowed: {', '.join(defaults) or '(none)'}"
+                f"loss {name!r}: unknown hyperparameter {key!r}; allowed: {', '.join(defaults) or '(none)'}"
             )
         hyperparameters[key] = _check_type(name, key, value, defaults[key])
     cls = _LOSSES[name]

@@ -31,8 +31,19 @@ RECIPES: dict[str, str] = {
 #: here so that validating the parameters imports no recipe module; each class reads its entry (none: no such
 #: options).
 RECIPE_TEST_TIME_OPTIONS: dict[str, frozenset[str]] = {
-    "mpn": frozenset({"test_embedding", "test_batches", "rknn_k", "rknn_alpha", "test_batch_size", "test_chunk_size",
-                      "test_chunks_per_batch", "kmeans_images_per_cluster", "test_seed"}),
+    "mpn": frozenset(
+        {
+            "test_embedding",
+            "test_batches",
+            "rknn_k",
+            "rknn_alpha",
+            "test_batch_size",
+            "test_chunk_size",
+            "test_chunks_per_batch",
+            "kmeans_images_per_cluster",
+            "test_seed",
+        }
+    ),
 }
 
 
@@ -71,5 +82,14 @@ def build_recipe(run: Mapping[str, Any]) -> Recipe:
     return recipe_class(name)(run)
 
 
-__all__ = ["RECIPES", "RECIPE_TEST_TIME_OPTIONS", "OptionsError", "Recipe", "TrainContext", "build_recipe",
-           "parse_options", "recipe_class", "recipe_test_time_options"]
+__all__ = [
+    "RECIPES",
+    "RECIPE_TEST_TIME_OPTIONS",
+    "OptionsError",
+    "Recipe",
+    "TrainContext",
+    "build_recipe",
+    "parse_options",
+    "recipe_class",
+    "recipe_test_time_options",
+]

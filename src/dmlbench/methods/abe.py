@@ -128,14 +128,17 @@ class ABEOptions:
         if self.divergence_weight < 0:
             raise ValueError(f"divergence_weight must be ≥ 0, got {self.divergence_weight}")
         if self.divergence_warmup_epochs < 0:
-            raise ValueError(f"divergence_warmup_epochs must be ≥ 0 (0: no warm-up), "
-                             f"got {self.divergence_warmup_epochs}")
+            raise ValueError(
+                f"divergence_warmup_epochs must be ≥ 0 (0: no warm-up), got {self.divergence_warmup_epochs}"
+            )
         if self.divergence_margin <= 0:
             raise ValueError(f"divergence_margin must be > 0, got {self.divergence_margin}")
         if self.mask_weight_gain <= 0:
             raise ValueError(f"mask_weight_gain must be > 0, got {self.mask_weight_gain}")
         if self.pair_anchors < 2 or self.pair_anchors % 2:
-            raise ValueError(f"pair_anchors must be even and ≥ 2 (half positive, half negative), got {self.pair_anchors}")
+            raise ValueError(
+                f"pair_anchors must be even and ≥ 2 (half positive, half negative), got {self.pair_anchors}"
+            )
 
 
 def self_similarity_ceiling(divergence_margin: float) -> float:
@@ -183,9 +186,11 @@ class ABERecipe(Recipe):
             )
         warmup, epochs = self.options.divergence_warmup_epochs, self.settings.epochs
         if warmup > 0 and warmup >= epochs:
-            raise ValueError(f"{self.where}.divergence_warmup_epochs = {warmup} is not below training.epochs = "
-                             f"{epochs}: λ_div would never reach divergence_weight = "
-                             f"{self.options.divergence_weight}; shorten the warm-up (0: none)")
+            raise ValueError(
+                f"{self.where}.divergence_warmup_epochs = {warmup} is not below training.epochs = "
+                f"{epochs}: λ_div would never reach divergence_weight = "
+                f"{self.options.divergence_weight}; shorten the warm-up (0: none)"
+            )
         self.learner_dim = dim // learners
         self._sums: dict[str, float] = {}
         self._batches = 0
@@ -201,14 +206,24 @@ class ABERecipe(Recipe):
         freeze_bn = self.settings.backbone.freeze_bn
         for key in ("branch_after", "attention_until"):
             if getattr(o, key) not in backbone.stage_names:
-                raise ValueError(f"{self.where}.{key} = {getattr(o, key)!r} is not a stage of "
-                                 f"{self.settings.backbone.name}: {list(backbone.stage_names)}")
+                raise ValueError(
+                    f"{self.where}.{key} = {getattr(o, key)!r} is not a stage of "
+                    f"{self.settings.backbone.name}: {list(backbone.stage_names)}"
+                )
         try:
             if o.architecture == "heads":
                 return HeadsEnsemble(backbone, o.learners, self.learner_dim, o.branch_after, freeze_bn)
-            return AttentionEnsemble(backbone, o.learners, self.learner_dim, o.branch_after, o.attention_until,
-                                     shared_embedding=o.embedding_layer == "shared", freeze_bn=freeze_bn,
-                                     mask_bias=o.mask_bias, mask_weight_gain=o.mask_weight_gain)
+            return AttentionEnsemble(
+                backbone,
+                o.learners,
+                self.learner_dim,
+                o.branch_after,
+                o.attention_until,
+                shared_embedding=o.embedding_layer == "shared",
+                freeze_bn=freeze_bn,
+                mask_bias=o.mask_bias,
+                mask_weight_gain=o.mask_weight_gain,
+            )
         except ValueError as err:
             raise ValueError(f"{self.where}: {err}") from err
 
@@ -218,9 +233,14 @@ class ABERecipe(Recipe):
         metric = build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=self.learner_dim)
         slices = [(m * self.learner_dim, (m + 1) * self.learner_dim) for m in range(o.learners)]
         try:
-            return ABELoss(metric, slices, divergence_weight=o.divergence_weight,
-                           divergence_margin=o.divergence_margin, divergence_reduction=o.divergence_reduction,
-                           pairs="partners" if o.batches == "pairs" else "all")
+            return ABELoss(
+                metric,
+                slices,
+                divergence_weight=o.divergence_weight,
+                divergence_margin=o.divergence_margin,
+                divergence_reduction=o.divergence_reduction,
+                pairs="partners" if o.batches == "pairs" else "all",
+            )
         except ValueError as err:
             raise ValueError(f"methods.{self.run.get('method', '?')}: {err}") from err
 
@@ -230,8 +250,9 @@ class ABERecipe(Recipe):
         if self.options.batches == "class_balanced":
             sampler = self.class_balanced_sampler(labels, generator)
         else:
-            sampler = PairBatchSampler(labels, self.options.pair_anchors, generator,
-                                       num_batches=self.settings.sampler.batches_per_epoch)
+            sampler = PairBatchSampler(
+                labels, self.options.pair_anchors, generator, num_batches=self.settings.sampler.batches_per_epoch
+            )
         self._batches_per_epoch = len(sampler)
         return sampler
 
@@ -245,8 +266,9 @@ class ABERecipe(Recipe):
         ramp = divergence_ramp(self._epoch, self._batches, self._batches_per_epoch, o.divergence_warmup_epochs)
         return o.divergence_weight * ramp
 
-    def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      indices: torch.Tensor) -> torch.Tensor:
+    def training_loss(
+        self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
         model = cast(AttentionEnsemble | HeadsEnsemble, model)  # what build_model made
         loss = cast(ABELoss, loss)
         terms: dict[str, torch.Tensor | float] = {}
@@ -262,8 +284,9 @@ class ABERecipe(Recipe):
         value = loss(embeddings, labels)
         terms.update(loss.last_terms, divergence_weight=loss.divergence_weight)
         if self.options.learners > 1:
-            terms["self_similarity"] = self_pair_similarity(embeddings.detach().float().cpu().numpy(),
-                                                            model.learner_slices)
+            terms["self_similarity"] = self_pair_similarity(
+                embeddings.detach().float().cpu().numpy(), model.learner_slices
+            )
         for key, term in terms.items():
             self._sums[key] = self._sums.get(key, 0.0) + float(term)
         self._batches += 1
@@ -279,9 +302,14 @@ class ABERecipe(Recipe):
         during a warm-up) and the health numbers ``health/train_self_similarity`` (M ≥ 2: mean
         cosine of the self pairs), ``health/mask_mean`` and ``health/mask_std`` (ABE: mean and std of
         all mask values of a batch)."""
-        names = {"metric": "metric_loss", "divergence": "divergence_loss", "divergence_weight": "divergence_weight",
-                 "self_similarity": f"{HEALTH_PREFIX}train_self_similarity",
-                 "mask_mean": f"{HEALTH_PREFIX}mask_mean", "mask_std": f"{HEALTH_PREFIX}mask_std"}
+        names = {
+            "metric": "metric_loss",
+            "divergence": "divergence_loss",
+            "divergence_weight": "divergence_weight",
+            "self_similarity": f"{HEALTH_PREFIX}train_self_similarity",
+            "mask_mean": f"{HEALTH_PREFIX}mask_mean",
+            "mask_std": f"{HEALTH_PREFIX}mask_std",
+        }
         row = {names[k]: v / max(self._batches, 1) for k, v in self._sums.items()}
         self._last_health = {k: v for k, v in row.items() if k.startswith(HEALTH_PREFIX)}
         return row
@@ -296,16 +324,34 @@ class ABERecipe(Recipe):
         o = self.options
         checks = []
         if o.learners > 1:
-            checks.append(HealthCheck("learners_mean/R@1", minimum=LEARNERS_R1_FLOOR,
-                                      meaning="the single learners are near chance: the ensemble collapsed"))
+            checks.append(
+                HealthCheck(
+                    "learners_mean/R@1",
+                    minimum=LEARNERS_R1_FLOOR,
+                    meaning="the single learners are near chance: the ensemble collapsed",
+                )
+            )
             if o.divergence_weight > 0:
-                checks.append(HealthCheck("self_similarity", maximum=self_similarity_ceiling(o.divergence_margin),
-                                          meaning="the learners embed an image alike: L_div did not diversify them"))
+                checks.append(
+                    HealthCheck(
+                        "self_similarity",
+                        maximum=self_similarity_ceiling(o.divergence_margin),
+                        meaning="the learners embed an image alike: L_div did not diversify them",
+                    )
+                )
         if o.architecture == "abe":
-            checks += [HealthCheck(f"{HEALTH_PREFIX}mask_std", minimum=MASK_STD_FLOOR,
-                                   meaning="every mask is uniform: the attention selects nothing"),
-                       HealthCheck(f"{HEALTH_PREFIX}mask_mean", minimum=MASK_MEAN_FLOOR,
-                                   meaning="the masks have closed: S(x) is switched off")]
+            checks += [
+                HealthCheck(
+                    f"{HEALTH_PREFIX}mask_std",
+                    minimum=MASK_STD_FLOOR,
+                    meaning="every mask is uniform: the attention selects nothing",
+                ),
+                HealthCheck(
+                    f"{HEALTH_PREFIX}mask_mean",
+                    minimum=MASK_MEAN_FLOOR,
+                    meaning="the masks have closed: S(x) is switched off",
+                ),
+            ]
         return checks
 
     def state_dict(self) -> dict[str, Any]:

@@ -118,11 +118,17 @@ class Recipe:
     def class_balanced_sampler(self, labels: np.ndarray, generator: torch.Generator) -> ClassBalancedBatchSampler:
         """The default batches of :meth:`build_sampler`: P × K class-balanced from ``training.sampler``."""
         sampler = self.settings.sampler
-        return ClassBalancedBatchSampler(labels, sampler.classes_per_batch, sampler.images_per_class, generator,
-                                         num_batches=sampler.batches_per_epoch)
+        return ClassBalancedBatchSampler(
+            labels,
+            sampler.classes_per_batch,
+            sampler.images_per_class,
+            generator,
+            num_batches=sampler.batches_per_epoch,
+        )
 
-    def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      indices: torch.Tensor) -> torch.Tensor:
+    def training_loss(
+        self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
         """Loss of one batch → scalar.
 
         Args:
@@ -159,8 +165,9 @@ class Recipe:
         """Restore :meth:`state_dict`."""
 
     # --- test time ------------------------------------------------------------------------
-    def embed(self, model: nn.Module, dataset: ImageSet, batch_size: int, device: torch.device,
-              num_workers: int = 0) -> np.ndarray:
+    def embed(
+        self, model: nn.Module, dataset: ImageSet, batch_size: int, device: torch.device, num_workers: int = 0
+    ) -> np.ndarray:
         """Test-time embeddings (N, d) float32 of ``dataset`` in its order (default: ``model`` in eval mode),
         decoded by ``num_workers`` loader processes."""
         return compute_embeddings(model, dataset, batch_size, device, num_workers)

@@ -35,16 +35,20 @@ def check_checkpoint_source(config: Mapping[str, Any], method: str, source: str 
     trained = config["methods"][method]["checkpoint_of"]
     where = f"{source}: methods.{method}.checkpoint_of = {trained!r}"
     if trained == method:
-        raise ConfigError(f"{where} names the method itself; a method that trains its own checkpoint has no "
-                          "checkpoint_of")
+        raise ConfigError(
+            f"{where} names the method itself; a method that trains its own checkpoint has no checkpoint_of"
+        )
     if trained not in config["methods"]:
         raise ConfigError(f"{where} is not defined under 'methods'")
     if not has_training(config, trained):
-        raise ConfigError(f"{where} has no checkpoint of its own (it is an ensemble or re-embeds another "
-                          "method's checkpoints); name the method that is trained")
+        raise ConfigError(
+            f"{where} has no checkpoint of its own (it is an ensemble or re-embeds another "
+            "method's checkpoints); name the method that is trained"
+        )
     for dataset in [None, *config.get("datasets", {})]:
-        differences = training_differences(resolve_method(config, trained, dataset),
-                                           resolve_method(config, method, dataset))
+        differences = training_differences(
+            resolve_method(config, trained, dataset), resolve_method(config, method, dataset)
+        )
         if differences:
             recipe = resolve_method(config, trained)["recipe"]
             on = f" on dataset {dataset!r}" if dataset else ""

@@ -218,10 +218,20 @@ class DeMLRecipe(Recipe):
         backbone = self.settings.backbone
         backbones = [build_backbone(backbone.section) for _ in range(o.num_scales)]
         try:
-            return DeMLNetwork(backbones, self.settings.embedding_dim, o.num_cams, o.cam_after, o.cam_hidden,
-                               o.cam_pooled, o.oam_layers, o.oam_iterations, o.oam_variant,
-                               share_learners=o.share_learners, freeze_bn=backbone.freeze_bn,
-                               cam_init=o.cam_init)
+            return DeMLNetwork(
+                backbones,
+                self.settings.embedding_dim,
+                o.num_cams,
+                o.cam_after,
+                o.cam_hidden,
+                o.cam_pooled,
+                o.oam_layers,
+                o.oam_iterations,
+                o.oam_variant,
+                share_learners=o.share_learners,
+                freeze_bn=backbone.freeze_bn,
+                cam_init=o.cam_init,
+            )
         except KeyError as err:
             raise ValueError(f"{self._where('cam_after / oam_layers')}: {err.args[0]}") from err
         except ValueError as err:
@@ -236,14 +246,24 @@ class DeMLRecipe(Recipe):
         o = self.options
         width = self._learner_dim()
         metric = build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=width)
-        return DeMLLoss(metric, num_scales=o.num_scales, learners_per_scale=max(o.num_cams, 1), learner_dim=width,
-                        adversary=o.adversary, adversary_weight=o.lambda0, adversary_hidden=o.adversary_hidden,
-                        adversary_margin=o.adversary_margin, decay_weight=o.activation_decay,
-                        ntri_weight=o.lambda2, ntri_variant=o.ntri_variant)
+        return DeMLLoss(
+            metric,
+            num_scales=o.num_scales,
+            learners_per_scale=max(o.num_cams, 1),
+            learner_dim=width,
+            adversary=o.adversary,
+            adversary_weight=o.lambda0,
+            adversary_hidden=o.adversary_hidden,
+            adversary_margin=o.adversary_margin,
+            decay_weight=o.activation_decay,
+            ntri_weight=o.lambda2,
+            ntri_variant=o.ntri_variant,
+        )
 
     # --- training -------------------------------------------------------------------------
-    def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      indices: torch.Tensor) -> torch.Tensor:
+    def training_loss(
+        self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
         """Eq. 4 + 5 + 6 on the raw learner outputs of every scale; the terms are accumulated for the log."""
         model = cast(DeMLNetwork, model)  # what build_model made
         outputs = model.learner_outputs(images)
@@ -264,6 +284,7 @@ class DeMLRecipe(Recipe):
     def epoch_log(self) -> dict[str, float]:
         """Epoch means of the weighted loss terms and of the training learner cosine, and the OAM
         health numbers of the model after the epoch (:func:`oam_health`; NaN without boxes)."""
+
         def mean(name: str) -> float:
             return float(self._sums[name]) / self._batches if self._batches and name in self._sums else math.nan
 
@@ -290,17 +311,33 @@ class DeMLRecipe(Recipe):
         checks = []
         if o.num_scales >= 2 and dataset_has_boxes(self.run["dataset_config"]):
             checks += [
-                HealthCheck("health/saliency_in_object", minimum=MIN_SALIENCY_IN_OBJECT,
-                            meaning="the OAM saliency is not higher on the object than off it"),
-                HealthCheck("health/crop_contains_object", minimum=MIN_CROP_CONTAINS_OBJECT,
-                            meaning="the OAM crops cut the object instead of zooming onto it"),
+                HealthCheck(
+                    "health/saliency_in_object",
+                    minimum=MIN_SALIENCY_IN_OBJECT,
+                    meaning="the OAM saliency is not higher on the object than off it",
+                ),
+                HealthCheck(
+                    "health/crop_contains_object",
+                    minimum=MIN_CROP_CONTAINS_OBJECT,
+                    meaning="the OAM crops cut the object instead of zooming onto it",
+                ),
             ]
         if o.num_cams >= 2 and o.adversary != "none" and o.lambda0 > 0:
-            checks.append(HealthCheck("self_similarity", maximum=MAX_SELF_SIMILARITY,
-                                      meaning="the adversary did not decorrelate the CA learners"))
+            checks.append(
+                HealthCheck(
+                    "self_similarity",
+                    maximum=MAX_SELF_SIMILARITY,
+                    meaning="the adversary did not decorrelate the CA learners",
+                )
+            )
         if o.num_scales * max(o.num_cams, 1) >= 2:
-            checks.append(HealthCheck("learners_mean/R@1", minimum=MIN_LEARNER_RECALL1,
-                                      meaning="a single CA learner retrieves at chance level"))
+            checks.append(
+                HealthCheck(
+                    "learners_mean/R@1",
+                    minimum=MIN_LEARNER_RECALL1,
+                    meaning="a single CA learner retrieves at chance level",
+                )
+            )
         return checks
 
     # --- test time ------------------------------------------------------------------------
@@ -347,9 +384,11 @@ def transformed_box(dataset: ImageSet, row: int, box: np.ndarray) -> torch.Tenso
         size = image.size
     x, y, w, h = (float(v) for v in box)
     if x >= size[0] or y >= size[1] or x + w <= 0 or y + h <= 0:
-        raise ManifestError(f"{dataset.paths[row]}: its bbox ({x:g} {y:g} {w:g} {h:g}) lies outside the "
-                            f"{size[0]}×{size[1]} image; the manifest's bbox must be in the pixels of the image "
-                            f"file: correct it, or re-run `dmlbench prepare <dataset>`")
+        raise ManifestError(
+            f"{dataset.paths[row]}: its bbox ({x:g} {y:g} {w:g} {h:g}) lies outside the "
+            f"{size[0]}×{size[1]} image; the manifest's bbox must be in the pixels of the image "
+            f"file: correct it, or re-run `dmlbench prepare <dataset>`"
+        )
     mask = Image.new("L", size, 0)
     ImageDraw.Draw(mask).rectangle([x, y, x + w - 1, y + h - 1], fill=255)
     inside = dataset.transform(mask.convert("RGB"))[0] >= 0.5  # (H, W)
@@ -391,8 +430,9 @@ def oam_health(model: DeMLNetwork, context: TrainContext) -> dict[str, float]:
     contrast, coverage = contrast[contrast.isfinite()], coverage[coverage.isfinite()]
     return {
         "health/saliency_in_object": float((contrast > 0).float().mean()) if len(contrast) else math.nan,
-        "health/crop_contains_object": (float((coverage >= CROP_COVER_FRACTION).float().mean())
-                                        if len(coverage) else math.nan),
+        "health/crop_contains_object": (
+            float((coverage >= CROP_COVER_FRACTION).float().mean()) if len(coverage) else math.nan
+        ),
         "health/crop_area": float(torch.cat(areas).mean()),
     }
 

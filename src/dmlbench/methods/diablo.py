@@ -126,8 +126,9 @@ class DIABLOOptions:
         if not self.hardness > 0:
             raise ValueError(f"hardness must be > 0, got {self.hardness}")
         if not self.dictionary_lr_multiplier > 0:
-            raise ValueError(f"dictionary_lr_multiplier must be > 0, got {self.dictionary_lr_multiplier} "
-                             f"(1 = the head's lr)")
+            raise ValueError(
+                f"dictionary_lr_multiplier must be > 0, got {self.dictionary_lr_multiplier} (1 = the head's lr)"
+            )
 
 
 #: ``health/attention_entropy_ratio`` above this: the attention is (close to) uniform, so every branch
@@ -185,8 +186,10 @@ class AttentionStatistics:
         the epoch's mean assignment); NaN for an epoch without batches."""
         if self.assignment_sum is None:
             return {"health/attention_entropy_ratio": math.nan, "health/dictionary_usage": math.nan}
-        return {"health/attention_entropy_ratio": self.entropy_sum / self.batches,
-                "health/dictionary_usage": assignment_usage(self.assignment_sum / self.batches)}
+        return {
+            "health/attention_entropy_ratio": self.entropy_sum / self.batches,
+            "health/dictionary_usage": assignment_usage(self.assignment_sum / self.batches),
+        }
 
 
 #: images of the first training batch whose attention is re-measured after every epoch (``diablo/attention_change``).
@@ -256,10 +259,14 @@ class MovementTracker:
             return {"diablo/dictionary_relative_change": math.nan, "diablo/attention_change": math.nan}
         dictionary = model.selection.dictionary.detach()
         device = dictionary.device
-        return {"diablo/dictionary_relative_change": relative_change(
-                    F.normalize(dictionary, dim=-1), F.normalize(self.dictionary.to(device), dim=-1)),
-                "diablo/attention_change": attention_change(self.probe_attention(model, self.images.to(device)),
-                                                            self.attention.to(device))}
+        return {
+            "diablo/dictionary_relative_change": relative_change(
+                F.normalize(dictionary, dim=-1), F.normalize(self.dictionary.to(device), dim=-1)
+            ),
+            "diablo/attention_change": attention_change(
+                self.probe_attention(model, self.images.to(device)), self.attention.to(device)
+            ),
+        }
 
     def state_dict(self) -> dict[str, torch.Tensor | None]:
         return {"dictionary": self.dictionary, "images": self.images, "attention": self.attention}
@@ -279,8 +286,10 @@ class DIABLORecipe(Recipe):
         super().__init__(run)
         dim, entries = self.settings.embedding_dim, self.options.dictionary_size
         if dim % entries:
-            raise ValueError(f"training.embedding_dim = {dim} is not divisible by {self._where('dictionary_size')}"
-                             f" = {entries}; choose N dividing it (each branch has d/N dimensions)")
+            raise ValueError(
+                f"training.embedding_dim = {dim} is not divisible by {self._where('dictionary_size')}"
+                f" = {entries}; choose N dividing it (each branch has d/N dimensions)"
+            )
         self._health = AttentionStatistics()
         self._movement = MovementTracker()
         self._model: DIABLO | None = None
@@ -299,11 +308,21 @@ class DIABLORecipe(Recipe):
         dim = self.settings.embedding_dim
         backbone = build_backbone(self.settings.backbone.section)
         try:
-            return DIABLO(backbone, selection=o.selection, placement=o.placement, num_entries=o.dictionary_size,
-                          hardness=o.hardness, feature_stage=o.feature_stage, phi_until=o.phi_until,
-                          psi_until=o.psi_until, embedding_dim=dim,
-                          freeze_bn=self.settings.backbone.freeze_bn, merge_scale=o.merge_scale,
-                          dictionary_init=o.dictionary_init, dictionary_lr_multiplier=o.dictionary_lr_multiplier)
+            return DIABLO(
+                backbone,
+                selection=o.selection,
+                placement=o.placement,
+                num_entries=o.dictionary_size,
+                hardness=o.hardness,
+                feature_stage=o.feature_stage,
+                phi_until=o.phi_until,
+                psi_until=o.psi_until,
+                embedding_dim=dim,
+                freeze_bn=self.settings.backbone.freeze_bn,
+                merge_scale=o.merge_scale,
+                dictionary_init=o.dictionary_init,
+                dictionary_lr_multiplier=o.dictionary_lr_multiplier,
+            )
         except (KeyError, ValueError) as err:
             raise ValueError(f"{self._where('feature_stage / phi_until / psi_until')}: {err}") from err
 
@@ -315,11 +334,14 @@ class DIABLORecipe(Recipe):
         if o.loss_on == "concatenation":
             return build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=dim)
         branch_dim = dim // o.dictionary_size
-        return nn.ModuleList(build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=branch_dim)
-                             for _ in range(o.dictionary_size))
+        return nn.ModuleList(
+            build_loss(self.method["loss"], num_classes=num_classes, embedding_dim=branch_dim)
+            for _ in range(o.dictionary_size)
+        )
 
-    def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      indices: torch.Tensor) -> torch.Tensor:
+    def training_loss(
+        self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
         """The mean of the per-branch losses, or the loss of the concatenation / √N (see module docstring);
         accumulates the batch's attention statistics for :meth:`epoch_log` (the run's first batch also
         starts the :class:`MovementTracker`)."""
@@ -367,13 +389,19 @@ class DIABLORecipe(Recipe):
         if self.options.dictionary_size == 1:
             return []
         return [
-            HealthCheck("health/attention_entropy_ratio", maximum=MAX_ENTROPY_RATIO,
-                        meaning="the attention is (nearly) uniform over the dictionary: every branch sees the "
-                                "same map"),
-            HealthCheck("health/dictionary_usage", minimum=MIN_DICTIONARY_USAGE,
-                        meaning="the assignments collapsed onto few dictionary entries"),
-            HealthCheck("self_similarity", maximum=MAX_SELF_SIMILARITY,
-                        meaning="the branches embed every image the same way"),
+            HealthCheck(
+                "health/attention_entropy_ratio",
+                maximum=MAX_ENTROPY_RATIO,
+                meaning="the attention is (nearly) uniform over the dictionary: every branch sees the same map",
+            ),
+            HealthCheck(
+                "health/dictionary_usage",
+                minimum=MIN_DICTIONARY_USAGE,
+                meaning="the assignments collapsed onto few dictionary entries",
+            ),
+            HealthCheck(
+                "self_similarity", maximum=MAX_SELF_SIMILARITY, meaning="the branches embed every image the same way"
+            ),
         ]
 
     def attention_maps(self, model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:

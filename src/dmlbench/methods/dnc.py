@@ -193,16 +193,23 @@ class DivideAndConquerOptions:
         if self.warmup_epochs < 0:
             raise ValueError(f"warmup_epochs must be ≥ 0, got {self.warmup_epochs}")
         if self.finetune_epoch is not None and self.warmup_epochs + 1 >= self.finetune_epoch:
-            raise ValueError(f"warmup_epochs ({self.warmup_epochs}) leaves no divide epoch before finetune_epoch "
-                             f"({self.finetune_epoch}): the first clustering is at epoch warmup_epochs + 1")
+            raise ValueError(
+                f"warmup_epochs ({self.warmup_epochs}) leaves no divide epoch before finetune_epoch "
+                f"({self.finetune_epoch}): the first clustering is at epoch warmup_epochs + 1"
+            )
         for name in ("finetune_epoch", "full_embedding_loss_epoch"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be ≥ 1 (an epoch, 1-based) or null, got {value}")
-        if (self.full_embedding_loss_epoch is not None and self.finetune_epoch is not None
-                and self.full_embedding_loss_epoch > self.finetune_epoch):
-            raise ValueError(f"full_embedding_loss_epoch ({self.full_embedding_loss_epoch}) must not come after "
-                             f"finetune_epoch ({self.finetune_epoch})")
+        if (
+            self.full_embedding_loss_epoch is not None
+            and self.finetune_epoch is not None
+            and self.full_embedding_loss_epoch > self.finetune_epoch
+        ):
+            raise ValueError(
+                f"full_embedding_loss_epoch ({self.full_embedding_loss_epoch}) must not come after "
+                f"finetune_epoch ({self.finetune_epoch})"
+            )
 
     @property
     def split_embedding(self) -> bool:
@@ -257,21 +264,33 @@ class DivideAndConquerRecipe(Recipe):
         where = f"methods.{run.get('method', '?')}.options"
         o, epochs, dim = self.options, self.settings.epochs, self.settings.embedding_dim
         if o.finetune_epoch is not None and o.finetune_epoch > epochs:
-            raise ValueError(f"{where}.finetune_epoch = {o.finetune_epoch} is after the last epoch "
-                             f"(training.epochs = {epochs}); lower it or set null for no fine-tune phase")
+            raise ValueError(
+                f"{where}.finetune_epoch = {o.finetune_epoch} is after the last epoch "
+                f"(training.epochs = {epochs}); lower it or set null for no fine-tune phase"
+            )
         if o.warmup_epochs >= epochs:
-            raise ValueError(f"{where}.warmup_epochs = {o.warmup_epochs} leaves no epoch to divide "
-                             f"(training.epochs = {epochs})")
+            raise ValueError(
+                f"{where}.warmup_epochs = {o.warmup_epochs} leaves no epoch to divide (training.epochs = {epochs})"
+            )
         if o.full_embedding_loss_epoch is not None and o.full_embedding_loss_epoch > epochs:
-            raise ValueError(f"{where}.full_embedding_loss_epoch = {o.full_embedding_loss_epoch} is after the "
-                             f"last epoch (training.epochs = {epochs})")
+            raise ValueError(
+                f"{where}.full_embedding_loss_epoch = {o.full_embedding_loss_epoch} is after the "
+                f"last epoch (training.epochs = {epochs})"
+            )
         if o.split_embedding and o.num_clusters > dim:
-            raise ValueError(f"{where}.num_clusters = {o.num_clusters} exceeds training.embedding_dim = {dim}: "
-                             "each learner needs at least one dimension")
-        if o.grouping == "class_families" and o.class_groups_file is None \
-                and run["dataset_config"].get("kind") != "synthetic":
-            raise ValueError(f"{where}.class_groups_file is required for grouping 'class_families' on dataset "
-                             f"{run.get('dataset')!r} (only 'synthetic' has built-in class families)")
+            raise ValueError(
+                f"{where}.num_clusters = {o.num_clusters} exceeds training.embedding_dim = {dim}: "
+                "each learner needs at least one dimension"
+            )
+        if (
+            o.grouping == "class_families"
+            and o.class_groups_file is None
+            and run["dataset_config"].get("kind") != "synthetic"
+        ):
+            raise ValueError(
+                f"{where}.class_groups_file is required for grouping 'class_families' on dataset "
+                f"{run.get('dataset')!r} (only 'synthetic' has built-in class families)"
+            )
         self.where = where
         self.num_learners = o.num_clusters if o.split_embedding else 1
         # (N,) int64 cluster of each training row from the last grouping (matched, before dropping).
@@ -292,8 +311,12 @@ class DivideAndConquerRecipe(Recipe):
         """Backbone + :class:`SplitLinearEmbedding` with K learners (one for ``kmeans_no_split``)."""
         backbone = build_backbone(self.settings.backbone.section)
         head = SplitLinearEmbedding(backbone.out_channels["pool"], self.settings.embedding_dim, self.num_learners)
-        return Embedder(backbone, head, learner_slices=head.slices if self.num_learners > 1 else None,
-                        freeze_bn=self.settings.backbone.freeze_bn)
+        return Embedder(
+            backbone,
+            head,
+            learner_slices=head.slices if self.num_learners > 1 else None,
+            freeze_bn=self.settings.backbone.freeze_bn,
+        )
 
     def build_loss(self, num_classes: int) -> nn.Module:
         """One copy of ``methods.<name>.loss`` per learner slice, plus one for d dims when K > 1."""
@@ -316,10 +339,12 @@ class DivideAndConquerRecipe(Recipe):
         """Raise unless ``learner`` (a slice's loss) has parameters of the same shapes as ``full`` (d dims)."""
         for (name, a), b in zip(learner.state_dict().items(), full.state_dict().values(), strict=True):
             if a.shape != b.shape:
-                raise ValueError(f"{self.where}.merged_beta = 'cluster0' applies cluster 0's loss to the full "
-                                 f"embedding, but loss {self.method['loss'].get('name')!r} sizes its parameter "
-                                 f"{name!r} by the embedding width ({tuple(a.shape)} vs {tuple(b.shape)}); "
-                                 "use merged_beta: own")
+                raise ValueError(
+                    f"{self.where}.merged_beta = 'cluster0' applies cluster 0's loss to the full "
+                    f"embedding, but loss {self.method['loss'].get('name')!r} sizes its parameter "
+                    f"{name!r} by the embedding width ({tuple(a.shape)} vs {tuple(b.shape)}); "
+                    "use merged_beta: own"
+                )
 
     # --- phases ---------------------------------------------------------------------------
     def in_warmup(self, epoch: int) -> bool:
@@ -359,15 +384,23 @@ class DivideAndConquerRecipe(Recipe):
             rng = np.random.default_rng(derive_seed(self.run["seed"], "dnc", "random_partition"))
             return random_partition(len(labels), o.num_clusters, rng)
         if o.grouping == "class_families":
-            table = (synthetic_class_groups(self.run["dataset_config"]) if o.class_groups_file is None
-                     else read_class_groups(o.class_groups_file, o.class_groups_column))
+            table = (
+                synthetic_class_groups(self.run["dataset_config"])
+                if o.class_groups_file is None
+                else read_class_groups(o.class_groups_file, o.class_groups_column)
+            )
             groups = training_class_groups(table, context.data.train_classes)
             if len(np.unique(groups)) < o.num_clusters:
-                raise ValueError(f"{self.where}.num_clusters = {o.num_clusters} but the training classes form only "
-                                 f"{len(np.unique(groups))} groups; lower num_clusters")
+                raise ValueError(
+                    f"{self.where}.num_clusters = {o.num_clusters} but the training classes form only "
+                    f"{len(np.unique(groups))} groups; lower num_clusters"
+                )
             return pack_groups(groups[labels], o.num_clusters)
-        settings = KMeansSettings(seed=derive_seed(self.run["seed"], "dnc", "kmeans", epoch) % _FAISS_SEEDS,
-                                  niter=o.kmeans_niter, nredo=o.kmeans_nredo)
+        settings = KMeansSettings(
+            seed=derive_seed(self.run["seed"], "dnc", "kmeans", epoch) % _FAISS_SEEDS,
+            niter=o.kmeans_niter,
+            nredo=o.kmeans_nredo,
+        )
         clusters = kmeans_clusters(self._training_embeddings(model, context), o.num_clusters, settings)
         return clusters if self.clusters is None else match_clusters(self.clusters, clusters, o.num_clusters)
 
@@ -388,9 +421,11 @@ class DivideAndConquerRecipe(Recipe):
                 self._record_health(epoch, labels)
             clusters = self.clusters
             assert clusters is not None  # _needs_grouping holds until the first grouping
-            self.active = (drop_singleton_classes(clusters, labels)
-                           if self.options.drop_singleton_classes and self.options.num_clusters > 1
-                           else clusters)
+            self.active = (
+                drop_singleton_classes(clusters, labels)
+                if self.options.drop_singleton_classes and self.options.num_clusters > 1
+                else clusters
+            )
         self.learner_loss = self._uses_learner_loss(epoch)
 
     def _record_health(self, epoch: int, labels: np.ndarray) -> None:
@@ -408,8 +443,13 @@ class DivideAndConquerRecipe(Recipe):
             raise RuntimeError("recipe dnc: build_sampler before on_epoch_start grouped the training rows")
         sampler = self.settings.sampler
         self.sampler = ClusterBatchSampler(
-            labels, active, sampler.classes_per_batch, sampler.images_per_class, generator,
-            num_batches=sampler.batches_per_epoch, weighting=self.options.cluster_sampling,
+            labels,
+            active,
+            sampler.classes_per_batch,
+            sampler.images_per_class,
+            generator,
+            num_batches=sampler.batches_per_epoch,
+            weighting=self.options.cluster_sampling,
         )
         return self.sampler
 
@@ -423,12 +463,14 @@ class DivideAndConquerRecipe(Recipe):
         """The cluster of a batch from its training-row indices (all rows share it)."""
         clusters = np.unique(self._active_clusters()[indices.cpu().numpy()])
         if len(clusters) != 1 or clusters[0] < 0:
-            raise RuntimeError(f"recipe dnc: a batch spans clusters {clusters.tolist()}; batches must come "
-                               "from build_sampler")
+            raise RuntimeError(
+                f"recipe dnc: a batch spans clusters {clusters.tolist()}; batches must come from build_sampler"
+            )
         return int(clusters[0])
 
-    def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      indices: torch.Tensor) -> torch.Tensor:
+    def training_loss(
+        self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
         """Learner k's loss on its slice for a batch of cluster k, else the full loss on the merged embedding."""
         model, loss = cast(Embedder, model), cast(DivideAndConquerLoss, loss)  # what build_model/build_loss made
         head = cast(SplitLinearEmbedding, model.head)
@@ -447,29 +489,38 @@ class DivideAndConquerRecipe(Recipe):
         sizes = np.bincount(kept, minlength=int(active.max()) + 1)
         current = self.grouping_health[-1] if self.divide_epoch else np.full(len(GROUPING_HEALTH_KEYS), np.nan)
         health = {HEALTH_PREFIX + k: float(v) for k, v in zip(GROUPING_HEALTH_KEYS, current, strict=True)}
-        return {"cluster_min": float(sizes.min()), "cluster_max": float(sizes.max()),
-                "cluster_dropped": float(np.sum(active < 0)), "clustering_seconds": self.epoch_clustering,
-                **health}
+        return {
+            "cluster_min": float(sizes.min()),
+            "cluster_max": float(sizes.max()),
+            "cluster_dropped": float(np.sum(active < 0)),
+            "clustering_seconds": self.epoch_clustering,
+            **health,
+        }
 
     def summary(self) -> dict[str, float]:
         """Timings (``clustering_seconds``, ``training_seconds``, ``clustering_share``) and the health of
         the run's groupings: worst balance and smallest share, largest share, mean NMI and chance NMI,
         the first grouping's NMI and the number of groupings (module docstring)."""
         share = self.clustering_seconds / self.training_seconds if self.training_seconds > 0 else 0.0
-        timings = {"clustering_seconds": self.clustering_seconds, "training_seconds": self.training_seconds,
-                   "clustering_share": share}
+        timings = {
+            "clustering_seconds": self.clustering_seconds,
+            "training_seconds": self.training_seconds,
+            "clustering_share": share,
+        }
         if not len(self.grouping_health):
             return timings
         column = dict(zip(GROUPING_HEALTH_KEYS, self.grouping_health.T, strict=True))
         first_nmi, first_chance = column["cluster_class_nmi"][0], column["cluster_class_nmi_chance"][0]
-        health = {"cluster_balance": column["cluster_balance"].min(),
-                  "cluster_min_share": column["cluster_min_share"].min(),
-                  "cluster_max_share": column["cluster_max_share"].max(),
-                  "cluster_class_nmi": column["cluster_class_nmi"].mean(),
-                  "cluster_class_nmi_chance": column["cluster_class_nmi_chance"].mean(),
-                  "cluster_class_nmi_first": first_nmi,
-                  "cluster_class_nmi_first_excess": first_nmi - first_chance,
-                  "groupings": len(self.grouping_health)}
+        health = {
+            "cluster_balance": column["cluster_balance"].min(),
+            "cluster_min_share": column["cluster_min_share"].min(),
+            "cluster_max_share": column["cluster_max_share"].max(),
+            "cluster_class_nmi": column["cluster_class_nmi"].mean(),
+            "cluster_class_nmi_chance": column["cluster_class_nmi_chance"].mean(),
+            "cluster_class_nmi_first": first_nmi,
+            "cluster_class_nmi_first_excess": first_nmi - first_chance,
+            "groupings": len(self.grouping_health),
+        }
         return {**timings, **{HEALTH_PREFIX + k: float(v) for k, v in health.items()}}
 
     def health_checks(self) -> list[HealthCheck]:
@@ -479,21 +530,30 @@ class DivideAndConquerRecipe(Recipe):
         if o.grouping not in ("kmeans", "kmeans_no_split") or o.num_clusters < 2:
             return []
         return [
-            HealthCheck(f"{HEALTH_PREFIX}cluster_balance", minimum=MIN_CLUSTER_BALANCE,
-                        meaning="a K-means cluster is degenerate (the smallest holds a small fraction of the "
-                                "largest): its learner hardly trains"),
-            HealthCheck(f"{HEALTH_PREFIX}cluster_class_nmi_first_excess", minimum=MIN_FIRST_NMI_EXCESS,
-                        meaning="the first clustering ignores the classes (its NMI is near that of permuted "
-                                "labels): it grouped untrained features, so the learners split the data at random"),
+            HealthCheck(
+                f"{HEALTH_PREFIX}cluster_balance",
+                minimum=MIN_CLUSTER_BALANCE,
+                meaning="a K-means cluster is degenerate (the smallest holds a small fraction of the "
+                "largest): its learner hardly trains",
+            ),
+            HealthCheck(
+                f"{HEALTH_PREFIX}cluster_class_nmi_first_excess",
+                minimum=MIN_FIRST_NMI_EXCESS,
+                meaning="the first clustering ignores the classes (its NMI is near that of permuted "
+                "labels): it grouped untrained features, so the learners split the data at random",
+            ),
         ]
 
     def state_dict(self) -> dict[str, Any]:
         """The last grouping (so a resumed run matches new clusters to it), the timings and the
         groupings' health."""
         clusters = torch.empty(0, dtype=torch.int64) if self.clusters is None else torch.from_numpy(self.clusters)
-        return {"clusters": clusters.clone(), "clustering_seconds": self.clustering_seconds,
-                "training_seconds": self.training_seconds,
-                "grouping_health": torch.from_numpy(self.grouping_health.copy())}
+        return {
+            "clusters": clusters.clone(),
+            "clustering_seconds": self.clustering_seconds,
+            "training_seconds": self.training_seconds,
+            "grouping_health": torch.from_numpy(self.grouping_health.copy()),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         clusters = state["clusters"]

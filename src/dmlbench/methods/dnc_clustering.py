@@ -38,7 +38,9 @@ def kmeans_clusters(embeddings: np.ndarray, num_clusters: int, settings: KMeansS
     Returns:
         (N,) int64 cluster ids in 0..K-1.
     """
-    return kmeans_assignments(np.ascontiguousarray(embeddings, dtype=np.float32), num_clusters, settings).astype(np.int64)
+    return kmeans_assignments(np.ascontiguousarray(embeddings, dtype=np.float32), num_clusters, settings).astype(
+        np.int64
+    )
 
 
 def overlap_matrix(first: np.ndarray, second: np.ndarray, num_clusters: int) -> np.ndarray:
@@ -156,12 +158,18 @@ def pack_groups(row_groups: np.ndarray, num_clusters: int) -> np.ndarray:
 
 
 #: Health numbers of one grouping (:func:`grouping_health`), in this order (the recipe's state).
-GROUPING_HEALTH_KEYS = ("cluster_balance", "cluster_min_share", "cluster_max_share", "cluster_class_nmi",
-                        "cluster_class_nmi_chance")
+GROUPING_HEALTH_KEYS = (
+    "cluster_balance",
+    "cluster_min_share",
+    "cluster_max_share",
+    "cluster_class_nmi",
+    "cluster_class_nmi_chance",
+)
 
 
-def grouping_health(clusters: np.ndarray, labels: np.ndarray, num_clusters: int,
-                    rng: np.random.Generator) -> dict[str, float]:
+def grouping_health(
+    clusters: np.ndarray, labels: np.ndarray, num_clusters: int, rng: np.random.Generator
+) -> dict[str, float]:
     """How a grouping of the training rows looks: cluster sizes and cluster–class agreement.
 
     Args:
@@ -230,8 +238,10 @@ def read_class_groups(path: str | Path, column: str) -> pd.DataFrame:
     frame = pd.read_csv(path)
     missing = [c for c in ("label", column) if c not in frame.columns]
     if missing:
-        raise ValueError(f"{path}: missing column(s) {missing} (found {list(frame.columns)}); "
-                         "set methods.<name>.options.class_groups_column to the group column")
+        raise ValueError(
+            f"{path}: missing column(s) {missing} (found {list(frame.columns)}); "
+            "set methods.<name>.options.class_groups_column to the group column"
+        )
     keep = ["label", column] + (["split"] if "split" in frame.columns else [])
     return frame[keep].rename(columns={column: "group"})
 
@@ -254,8 +264,10 @@ def training_class_groups(table: pd.DataFrame, train_classes: np.ndarray) -> np.
     group_of = dict(zip(table["label"].to_numpy().tolist(), table["group"].to_numpy().tolist(), strict=True))
     missing = [int(c) for c in train_classes if int(c) not in group_of]
     if missing:
-        raise ValueError(f"the class grouping has no group for training classes {missing[:10]}: it does not "
-                         "describe this dataset's 'train' classes")
+        raise ValueError(
+            f"the class grouping has no group for training classes {missing[:10]}: it does not "
+            "describe this dataset's 'train' classes"
+        )
     _, ids = np.unique(np.array([group_of[int(c)] for c in train_classes]), return_inverse=True)
     return ids.astype(np.int64)
 
@@ -287,8 +299,16 @@ class ClusterBatchSampler(Sampler[list[int]]):
             training loop asked for one more), else None.
     """
 
-    def __init__(self, labels: np.ndarray, clusters: np.ndarray, classes_per_batch: int, images_per_class: int,
-                 generator: torch.Generator, num_batches: int | None = None, weighting: str = "uniform"):
+    def __init__(
+        self,
+        labels: np.ndarray,
+        clusters: np.ndarray,
+        classes_per_batch: int,
+        images_per_class: int,
+        generator: torch.Generator,
+        num_batches: int | None = None,
+        weighting: str = "uniform",
+    ):
         labels, clusters = np.asarray(labels), np.asarray(clusters)
         ids = np.unique(clusters[clusters >= 0])
         self.rows = {int(c): np.flatnonzero(clusters == c) for c in ids}
@@ -314,8 +334,9 @@ class ClusterBatchSampler(Sampler[list[int]]):
         ids = list(self.rows)
         if len(ids) == 1:
             return ids * self.num_batches
-        weights = torch.tensor([1.0 if self.weighting == "uniform" else float(len(self.rows[c])) for c in ids],
-                               dtype=torch.float64)
+        weights = torch.tensor(
+            [1.0 if self.weighting == "uniform" else float(len(self.rows[c])) for c in ids], dtype=torch.float64
+        )
         draws = torch.multinomial(weights, self.num_batches, replacement=True, generator=self.generator)
         return [ids[i] for i in draws.tolist()]
 
@@ -325,9 +346,15 @@ class ClusterBatchSampler(Sampler[list[int]]):
         for c in dict.fromkeys(schedule):
             rows = self.rows[c]
             classes = len(np.unique(self.labels[rows]))
-            streams[c] = iter(ClassBalancedBatchSampler(
-                self.labels[rows], min(self.classes_per_batch, classes), self.images_per_class, self.generator,
-                num_batches=schedule.count(c)))
+            streams[c] = iter(
+                ClassBalancedBatchSampler(
+                    self.labels[rows],
+                    min(self.classes_per_batch, classes),
+                    self.images_per_class,
+                    self.generator,
+                    num_batches=schedule.count(c),
+                )
+            )
         for c in schedule:
             yield self.rows[c][next(streams[c])].tolist()
         self.finished_at = time.perf_counter()

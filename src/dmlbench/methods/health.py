@@ -121,7 +121,10 @@ def init_parity_check() -> HealthCheck:
     >>> init_parity_check().bound_text()
     'health/init_shortfall <= 0.02'
     """
-    return HealthCheck(INIT_SHORTFALL_KEY, maximum=INIT_SHORTFALL_MAXIMUM,
-                       meaning="the run started more than 2 R@1 points below the lowest of 8 random linear heads "
-                               "on the same backbone (validation, before the first step): what the method inserts "
-                               "is not the identity at initialisation")
+    return HealthCheck(
+        INIT_SHORTFALL_KEY,
+        maximum=INIT_SHORTFALL_MAXIMUM,
+        meaning="the run started more than 2 R@1 points below the lowest of 8 random linear heads "
+        "on the same backbone (validation, before the first step): what the method inserts "
+        "is not the identity at initialisation",
+    )

@@ -107,9 +107,13 @@ def attention_health(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
     to_others = (alpha * others).sum(-1).clamp_min(torch.finfo(alpha.dtype).tiny)
     same = ((alpha * same_others).sum(-1) / to_others).mean()
     entropy = -(alpha * torch.log_softmax(scores, dim=-1)).sum(-1).mean() / math.log(n)
-    return {"same_class_attention": float(same), "same_class_attention_ratio": float(same / uniform),
-            "attention_entropy_ratio": float(entropy), "self_attention": float(alpha.diagonal(dim1=-2, dim2=-1).mean()),
-            "attention_score_std": float(scores.std(dim=-1).mean())}
+    return {
+        "same_class_attention": float(same),
+        "same_class_attention_ratio": float(same / uniform),
+        "attention_entropy_ratio": float(entropy),
+        "self_attention": float(alpha.diagonal(dim1=-2, dim2=-1).mean()),
+        "attention_score_std": float(scores.std(dim=-1).mean()),
+    }
 
 
 @dataclass(frozen=True)
@@ -162,8 +166,15 @@ class MPNOptions:
     test_seed: int = 0
 
     def __post_init__(self) -> None:
-        positive = ("steps", "heads", "ff_multiplier", "rknn_k", "test_batch_size", "test_chunk_size",
-                    "test_chunks_per_batch")
+        positive = (
+            "steps",
+            "heads",
+            "ff_multiplier",
+            "rknn_k",
+            "test_batch_size",
+            "test_chunk_size",
+            "test_chunks_per_batch",
+        )
         for name in positive:
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -195,16 +206,20 @@ class MPNRecipe(Recipe):
         where = f"methods.{run.get('method', '?')}"
         loss = dict(self.method["loss"])
         if loss.pop("name", None) != LOSS_NAME:
-            raise OptionsError(f"{where}.loss.name must be {LOSS_NAME!r} for recipe 'mpn', "
-                               f"got {self.method['loss'].get('name')!r}")
+            raise OptionsError(
+                f"{where}.loss.name must be {LOSS_NAME!r} for recipe 'mpn', got {self.method['loss'].get('name')!r}"
+            )
         self.loss_config: MPNLossConfig = parse_options(MPNLossConfig, loss, f"{where}.loss")
         if self.options.test_embedding == "mpn" and self.loss_config.mpn_weight == 0:
-            raise OptionsError(f"{where}: options.test_embedding is 'mpn' but loss.mpn_weight is 0, so the MPN "
-                               "would never be trained; set loss.mpn_weight > 0 or test_embedding: backbone")
+            raise OptionsError(
+                f"{where}: options.test_embedding is 'mpn' but loss.mpn_weight is 0, so the MPN "
+                "would never be trained; set loss.mpn_weight > 0 or test_embedding: backbone"
+            )
         dim = self.settings.embedding_dim
         if self.uses_mpn and dim % self.options.heads:
-            raise OptionsError(f"{where}.options.heads = {self.options.heads} must divide "
-                               f"training.embedding_dim = {dim}")
+            raise OptionsError(
+                f"{where}.options.heads = {self.options.heads} must divide training.embedding_dim = {dim}"
+            )
         self._terms: dict[str, list[float]] = {}
         self._last_epoch: dict[str, float] = {}
         self._mpn_parameters = 0
@@ -219,19 +234,33 @@ class MPNRecipe(Recipe):
         backbone = build_backbone(self.settings.backbone.section)
         dim = self.settings.embedding_dim
         opts = self.options
-        mpn = (MessagePassingNetwork(dim, opts.steps, opts.heads, opts.attention_dropout, opts.dropout,
-                                     opts.ff_multiplier, opts.attention_scale, opts.output_projection,
-                                     opts.input_projection, opts.node_scale)
-               if self.uses_mpn else None)
+        mpn = (
+            MessagePassingNetwork(
+                dim,
+                opts.steps,
+                opts.heads,
+                opts.attention_dropout,
+                opts.dropout,
+                opts.ff_multiplier,
+                opts.attention_scale,
+                opts.output_projection,
+                opts.input_projection,
+                opts.node_scale,
+            )
+            if self.uses_mpn
+            else None
+        )
         self._mpn_parameters = count_parameters(mpn) if mpn is not None else 0
-        return MPNEmbedder(backbone, dim, mpn, freeze_bn=self.settings.backbone.freeze_bn,
-                           mpn_lr_multiplier=opts.mpn_lr_multiplier)
+        return MPNEmbedder(
+            backbone, dim, mpn, freeze_bn=self.settings.backbone.freeze_bn, mpn_lr_multiplier=opts.mpn_lr_multiplier
+        )
 
     def build_loss(self, num_classes: int) -> nn.Module:
         return MPNCrossEntropyLoss(num_classes, self.settings.embedding_dim, self.loss_config)
 
-    def training_loss(self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      indices: torch.Tensor) -> torch.Tensor:
+    def training_loss(
+        self, model: nn.Module, loss: nn.Module, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor
+    ) -> torch.Tensor:
         """The batch is one graph: MPN over all B nodes, CE on the refined nodes + auxiliary CE."""
         model, loss = cast(MPNEmbedder, model), cast(MPNCrossEntropyLoss, loss)  # what build_model/build_loss made
         features = model.features(images)
@@ -268,11 +297,17 @@ class MPNRecipe(Recipe):
         if self.loss_config.mpn_weight == 0:
             return []
         return [
-            HealthCheck(HEALTH_PREFIX + "same_class_attention_ratio", minimum=MIN_SAME_CLASS_RATIO,
-                        meaning="the MPN's attention does not prefer images of the node's own class "
-                                "(no relation between images learned)"),
-            HealthCheck(HEALTH_PREFIX + "attention_entropy_ratio", maximum=MAX_ENTROPY_RATIO,
-                        meaning="the MPN's attention stayed (near) uniform over the batch"),
+            HealthCheck(
+                HEALTH_PREFIX + "same_class_attention_ratio",
+                minimum=MIN_SAME_CLASS_RATIO,
+                meaning="the MPN's attention does not prefer images of the node's own class "
+                "(no relation between images learned)",
+            ),
+            HealthCheck(
+                HEALTH_PREFIX + "attention_entropy_ratio",
+                maximum=MAX_ENTROPY_RATIO,
+                meaning="the MPN's attention stayed (near) uniform over the batch",
+            ),
         ]
 
     def state_dict(self) -> dict[str, Any]:
@@ -295,12 +330,14 @@ class MPNRecipe(Recipe):
         if opts.test_batches == "nearest_neighbours":
             return nearest_neighbour_batches(embeddings, chunk, per_batch, rng)
         clusters = min(len(embeddings), max(1, round(len(embeddings) / opts.kmeans_images_per_cluster)))
-        assignment = kmeans_assignments(np.ascontiguousarray(embeddings, dtype=np.float32), clusters,
-                                        KMeansSettings(seed=opts.test_seed))
+        assignment = kmeans_assignments(
+            np.ascontiguousarray(embeddings, dtype=np.float32), clusters, KMeansSettings(seed=opts.test_seed)
+        )
         return cluster_batches(assignment, chunk, per_batch, rng)
 
-    def embed(self, model: nn.Module, dataset: ImageSet, batch_size: int, device: torch.device,
-              num_workers: int = 0) -> np.ndarray:
+    def embed(
+        self, model: nn.Module, dataset: ImageSet, batch_size: int, device: torch.device, num_workers: int = 0
+    ) -> np.ndarray:
         """Backbone embeddings, or (``test_embedding: mpn``) their MPN refinement over test-time batches."""
         embeddings = compute_embeddings(model, dataset, batch_size, device, num_workers)
         if self.options.test_embedding == "backbone":
@@ -320,4 +357,3 @@ class MPNRecipe(Recipe):
 
 
 __all__ = ["MAX_ENTROPY_RATIO", "MIN_SAME_CLASS_RATIO", "MPNOptions", "MPNRecipe", "attention_health"]
-

@@ -48,8 +48,9 @@ class GraphBatch:
 
     def __post_init__(self) -> None:
         if self.nodes.ndim != 2 or self.nodes.shape != self.outputs.shape:
-            raise ValueError(f"GraphBatch: nodes {self.nodes.shape} and outputs {self.outputs.shape} must be "
-                             "equal (G, n) arrays")
+            raise ValueError(
+                f"GraphBatch: nodes {self.nodes.shape} and outputs {self.outputs.shape} must be equal (G, n) arrays"
+            )
 
 
 def group_by_size(graphs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[GraphBatch]:
@@ -57,9 +58,13 @@ def group_by_size(graphs: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[Graph
     by_size: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     for nodes, outputs in graphs:
         by_size.setdefault(len(nodes), []).append((nodes, outputs))
-    return [GraphBatch(np.stack([nodes for nodes, _ in group]).astype(np.int64),
-                       np.stack([outputs for _, outputs in group]).astype(np.int64))
-            for group in by_size.values()]
+    return [
+        GraphBatch(
+            np.stack([nodes for nodes, _ in group]).astype(np.int64),
+            np.stack([outputs for _, outputs in group]).astype(np.int64),
+        )
+        for group in by_size.values()
+    ]
 
 
 def knn_ranking(embeddings: np.ndarray, k: int) -> np.ndarray:
@@ -77,8 +82,9 @@ def knn_ranking(embeddings: np.ndarray, k: int) -> np.ndarray:
         raise ValueError(f"cannot rank {k} neighbours among {len(points)} test images")
     index = make_index(points, k + 1)
     rows = np.arange(len(points))
-    return np.concatenate([search(index, points, rows[i: i + KNN_CHUNK], k, exclude_self=True)
-                           for i in range(0, len(points), KNN_CHUNK)]).astype(np.int64)
+    return np.concatenate(
+        [search(index, points, rows[i : i + KNN_CHUNK], k, exclude_self=True) for i in range(0, len(points), KNN_CHUNK)]
+    ).astype(np.int64)
 
 
 def reciprocal_sets(ranking: np.ndarray, k: int) -> list[np.ndarray]:
@@ -100,15 +106,16 @@ def reciprocal_sets(ranking: np.ndarray, k: int) -> list[np.ndarray]:
     neighbourhoods = np.concatenate([rows[:, None], ranking[:, :k]], axis=1)  # (N, k + 1)
     sets: list[np.ndarray] = []
     for start in range(0, len(rows), KNN_CHUNK):
-        block = neighbourhoods[start: start + KNN_CHUNK]  # (c, k + 1)
+        block = neighbourhoods[start : start + KNN_CHUNK]  # (c, k + 1)
         backward = neighbourhoods[block]  # (c, k + 1, k + 1): the neighbourhood of each member
-        reciprocal = (backward == rows[start: start + len(block), None, None]).any(axis=2)
+        reciprocal = (backward == rows[start : start + len(block), None, None]).any(axis=2)
         sets.extend(members[keep] for members, keep in zip(block, reciprocal))
     return sets
 
 
-def reciprocal_knn_sets(ranking: np.ndarray, k: int, alpha: float, size: int,
-                        distances_to: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
+def reciprocal_knn_sets(
+    ranking: np.ndarray, k: int, alpha: float, size: int, distances_to: Callable[[int, np.ndarray], np.ndarray]
+) -> np.ndarray:
     """The expanded k-reciprocal batch of every query (appendix C.3, Eq. 7).
 
     For query q: R = R(q, k) (:func:`reciprocal_sets`); for each g ∈ R, its ½k-reciprocal set
@@ -178,7 +185,7 @@ def _batches_of_chunks(chunks: list[np.ndarray], anchors_only: bool, chunks_per_
     """Consecutive groups of ``chunks_per_batch`` chunks → graphs; outputs: each chunk's first node, or all."""
     graphs = []
     for start in range(0, len(chunks), chunks_per_batch):
-        group = chunks[start: start + chunks_per_batch]
+        group = chunks[start : start + chunks_per_batch]
         nodes = np.concatenate(group)
         if anchors_only:
             outputs = np.concatenate([np.r_[chunk[0], np.full(len(chunk) - 1, -1)] for chunk in group])
@@ -188,8 +195,9 @@ def _batches_of_chunks(chunks: list[np.ndarray], anchors_only: bool, chunks_per_
     return group_by_size(graphs)
 
 
-def nearest_neighbour_batches(embeddings: np.ndarray, chunk_size: int, chunks_per_batch: int,
-                              rng: np.random.Generator) -> list[GraphBatch]:
+def nearest_neighbour_batches(
+    embeddings: np.ndarray, chunk_size: int, chunks_per_batch: int, rng: np.random.Generator
+) -> list[GraphBatch]:
     """Appendix C.2: chunk = anchor + its ``chunk_size − 1`` nearest neighbours, one per image, in random
     order, ``chunks_per_batch`` chunks per batch; each batch refines its anchors."""
     chunk_size = min(chunk_size, len(embeddings))
@@ -198,8 +206,9 @@ def nearest_neighbour_batches(embeddings: np.ndarray, chunk_size: int, chunks_pe
     return _batches_of_chunks(chunks, anchors_only=True, chunks_per_batch=chunks_per_batch)
 
 
-def cluster_batches(assignment: np.ndarray, chunk_size: int, chunks_per_batch: int,
-                    rng: np.random.Generator) -> list[GraphBatch]:
+def cluster_batches(
+    assignment: np.ndarray, chunk_size: int, chunks_per_batch: int, rng: np.random.Generator
+) -> list[GraphBatch]:
     """Appendix C.1: cut each cluster (shuffled) into chunks of ≤ ``chunk_size`` images, shuffle the chunks,
     ``chunks_per_batch`` chunks per batch; every image is refined once, in its own batch.
 
@@ -209,13 +218,18 @@ def cluster_batches(assignment: np.ndarray, chunk_size: int, chunks_per_batch: i
     chunks: list[np.ndarray] = []
     for cluster in np.unique(assignment):
         members = rng.permutation(np.flatnonzero(assignment == cluster))
-        chunks.extend(members[i: i + chunk_size] for i in range(0, len(members), chunk_size))
+        chunks.extend(members[i : i + chunk_size] for i in range(0, len(members), chunk_size))
     order = rng.permutation(len(chunks))
     return _batches_of_chunks([chunks[i] for i in order], anchors_only=False, chunks_per_batch=chunks_per_batch)
 
 
-def refine_in_batches(refine: Callable[[torch.Tensor], torch.Tensor], embeddings: np.ndarray,
-                      batches: Sequence[GraphBatch], device: torch.device, max_nodes: int = 16384) -> np.ndarray:
+def refine_in_batches(
+    refine: Callable[[torch.Tensor], torch.Tensor],
+    embeddings: np.ndarray,
+    batches: Sequence[GraphBatch],
+    device: torch.device,
+    max_nodes: int = 16384,
+) -> np.ndarray:
     """Run ``refine`` over every graph of the plan and collect the kept outputs, L2-normalised.
 
     Args:
@@ -238,14 +252,15 @@ def refine_in_batches(refine: Callable[[torch.Tensor], torch.Tensor], embeddings
     for batch in batches:
         per_call = max(1, max_nodes // batch.nodes.shape[1])
         for start in range(0, len(batch.nodes), per_call):
-            nodes = batch.nodes[start: start + per_call]
-            outputs = batch.outputs[start: start + per_call]
+            nodes = batch.nodes[start : start + per_call]
+            outputs = batch.outputs[start : start + per_call]
             refined = F.normalize(refine(source[torch.from_numpy(nodes)].to(device)).float(), dim=-1).cpu().numpy()
             keep = outputs >= 0
             result[outputs[keep]] = refined[keep]
             np.add.at(count, outputs[keep], 1)
     if (count != 1).any():
         bad = np.flatnonzero(count != 1)
-        raise ValueError(f"the test-time batch plan refines row {bad[0]} {count[bad[0]]} times "
-                         f"({len(bad)} rows not exactly once)")
+        raise ValueError(
+            f"the test-time batch plan refines row {bad[0]} {count[bad[0]]} times ({len(bad)} rows not exactly once)"
+        )
     return result

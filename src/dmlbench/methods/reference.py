@@ -27,8 +27,10 @@ class ReferenceRecipe(Recipe):
     def __init__(self, run: Mapping[str, Any]):
         super().__init__(run)
         if self.settings.epochs != 0:
-            raise ValueError(f"methods.{run.get('method', '?')}: recipe 'reference' trains nothing; set "
-                             f"training.epochs: 0 in that entry (got {self.settings.epochs})")
+            raise ValueError(
+                f"methods.{run.get('method', '?')}: recipe 'reference' trains nothing; set "
+                f"training.epochs: 0 in that entry (got {self.settings.epochs})"
+            )
 
     def build_model(self) -> nn.Module:
         """The backbone (``training.backbone``) with BatchNorm in eval mode and the pooled features as embedding."""

@@ -108,8 +108,9 @@ class _Ensemble(nn.Module):
         freeze_bn: keep every BatchNorm (backbone and copies) in eval mode with frozen affine parameters.
     """
 
-    def __init__(self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str,
-                 freeze_bn: bool):
+    def __init__(
+        self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str, freeze_bn: bool
+    ):
         super().__init__()
         if num_learners < 1 or learner_dim < 1:
             raise ValueError(f"need ≥ 1 learner of ≥ 1 dimension, got {num_learners} × {learner_dim}")
@@ -151,9 +152,18 @@ class AttentionEnsemble(_Ensemble):
     ``forward(images (B, 3, H, W) in [0, 1])`` → (B, M·w), each learner's w columns unit-norm.
     """
 
-    def __init__(self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str,
-                 attention_until: str, shared_embedding: bool = False, freeze_bn: bool = False,
-                 mask_bias: float = OPEN_MASK_BIAS, mask_weight_gain: float = MASK_WEIGHT_GAIN):
+    def __init__(
+        self,
+        backbone: StagedBackbone,
+        num_learners: int,
+        learner_dim: int,
+        branch_after: str,
+        attention_until: str,
+        shared_embedding: bool = False,
+        freeze_bn: bool = False,
+        mask_bias: float = OPEN_MASK_BIAS,
+        mask_weight_gain: float = MASK_WEIGHT_GAIN,
+    ):
         super().__init__(backbone, num_learners, learner_dim, branch_after, freeze_bn)
         if not mask_weight_gain > 0:
             raise ValueError(f"mask_weight_gain must be > 0, got {mask_weight_gain}")
@@ -164,8 +174,11 @@ class AttentionEnsemble(_Ensemble):
                 f"before 'pool'; stages are {list(backbone.stage_names)}"
             )
         self.attention_until = attention_until
-        self.attention_trunk = (remove_downsampling(copy.deepcopy(backbone.stages(branch_after, attention_until)))
-                                if stop > start else nn.Identity())
+        self.attention_trunk = (
+            remove_downsampling(copy.deepcopy(backbone.stages(branch_after, attention_until)))
+            if stop > start
+            else nn.Identity()
+        )
         self.feature_channels = backbone.out_channels[branch_after]
         trunk_channels = backbone.out_channels[attention_until]
         # The M 1×1 convolutions A'_m as one convolution with M blocks of output channels.
@@ -239,8 +252,9 @@ class HeadsEnsemble(_Ensemble):
     ``forward(images (B, 3, H, W) in [0, 1])`` → (B, M·w), each learner's w columns unit-norm.
     """
 
-    def __init__(self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str,
-                 freeze_bn: bool = False):
+    def __init__(
+        self, backbone: StagedBackbone, num_learners: int, learner_dim: int, branch_after: str, freeze_bn: bool = False
+    ):
         super().__init__(backbone, num_learners, learner_dim, branch_after, freeze_bn)
         self.extra_heads = nn.ModuleList(
             copy.deepcopy(backbone.stages(branch_after, "pool")) for _ in range(num_learners - 1)

@@ -87,10 +87,21 @@ class DeMLNetwork(nn.Module):
     concatenation of the unit-norm learner embeddings.
     """
 
-    def __init__(self, backbones: Sequence[StagedBackbone], embedding_dim: int, num_cams: int, cam_after: str,
-                 cam_hidden: int, cam_pooled: bool, oam_layers: Sequence[str], oam_iterations: int,
-                 oam_variant: str, share_learners: bool = False, freeze_bn: bool = False,
-                 cam_init: str = "identity"):
+    def __init__(
+        self,
+        backbones: Sequence[StagedBackbone],
+        embedding_dim: int,
+        num_cams: int,
+        cam_after: str,
+        cam_hidden: int,
+        cam_pooled: bool,
+        oam_layers: Sequence[str],
+        oam_iterations: int,
+        oam_variant: str,
+        share_learners: bool = False,
+        freeze_bn: bool = False,
+        cam_init: str = "identity",
+    ):
         super().__init__()
         if not backbones:
             raise ValueError("DeML needs at least one scale")
@@ -116,15 +127,20 @@ class DeMLNetwork(nn.Module):
         channels, pooled_channels = first.out_channels[cam_after], first.out_channels["pool"]
         self.cams = nn.ModuleList(
             nn.ModuleList(ChannelAttention(channels, cam_hidden, cam_pooled, cam_init) for _ in range(num_cams))
-            for _ in backbones)
+            for _ in backbones
+        )
         self.share_learners = share_learners
         self.learners = nn.ModuleList(
-            nn.ModuleList(nn.Linear(pooled_channels, self.learner_dim, bias=False)
-                          for _ in range(1 if share_learners else branches))
-            for _ in backbones)
+            nn.ModuleList(
+                nn.Linear(pooled_channels, self.learner_dim, bias=False)
+                for _ in range(1 if share_learners else branches)
+            )
+            for _ in backbones
+        )
         count = self.num_scales * branches
         self.learner_slices: list[tuple[int, int]] | None = (
-            [(m * self.learner_dim, (m + 1) * self.learner_dim) for m in range(count)] if count > 1 else None)
+            [(m * self.learner_dim, (m + 1) * self.learner_dim) for m in range(count)] if count > 1 else None
+        )
         if freeze_bn:
             freeze_batchnorm(self.backbone)
 
@@ -189,7 +205,9 @@ class DeMLNetwork(nn.Module):
         saliency = self.saliency(self._scale_pass(0, images).oam_maps, spatial_size(images))
         return saliency, attention_box(saliency)
 
-    def _passes(self, images: Tensor, last_saliency: bool = False) -> tuple[list[ScalePass], list[Tensor], list[Tensor]]:
+    def _passes(
+        self, images: Tensor, last_saliency: bool = False
+    ) -> tuple[list[ScalePass], list[Tensor], list[Tensor]]:
         """Embed every scale; return the passes, the saliency map of each scale that was
         computed (all but the last unless ``last_saliency``) and the boxes (B, 4) each scale
         crops from its own input."""
@@ -238,8 +256,11 @@ class DeMLNetwork(nn.Module):
             maps[f"crop_scale{scale}"] = box_mask(outer, size)
         if passes[0].cam_maps is not None:
             attended = passes[0].cam_maps.mean(2)  # (J, B, h, w)
-            joint = minmax_scale(attended.permute(1, 0, 2, 3).flatten(1, 2)).view(
-                attended.shape[1], attended.shape[0], *attended.shape[2:]).permute(1, 0, 2, 3)
+            joint = (
+                minmax_scale(attended.permute(1, 0, 2, 3).flatten(1, 2))
+                .view(attended.shape[1], attended.shape[0], *attended.shape[2:])
+                .permute(1, 0, 2, 3)
+            )
             for j, cam_map in enumerate(joint):
                 maps[f"cam{j}"] = cam_map
         return maps

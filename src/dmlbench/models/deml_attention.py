@@ -120,8 +120,7 @@ def spatial_size(maps: Tensor) -> tuple[int, int]:
 
 def _grid_squared_distances(height: int, width: int, device: torch.device) -> Tensor:
     """(H·W, H·W) squared distances between the grid positions (row-major), in cells."""
-    rows, cols = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device),
-                                indexing="ij")
+    rows, cols = torch.meshgrid(torch.arange(height, device=device), torch.arange(width, device=device), indexing="ij")
     points = torch.stack([rows.flatten(), cols.flatten()], dim=1).float()
     return (points[:, None, :] - points[None, :, :]).pow(2).sum(-1)
 
@@ -182,8 +181,9 @@ def minmax_scale(maps: Tensor) -> Tensor:
     return torch.where(high > low, scaled, torch.zeros_like(scaled)).view_as(maps)
 
 
-def object_saliency(feature_maps: Sequence[Tensor], size: tuple[int, int], iterations: int = 10,
-                    gaussian_sigma: float = 0.0) -> Tensor:
+def object_saliency(
+    feature_maps: Sequence[Tensor], size: tuple[int, int], iterations: int = 10, gaussian_sigma: float = 0.0
+) -> Tensor:
     """The final object-attention proposal: walk each map, scale to [0, 1], resize, average.
 
     Every layer has one vote: a layer's K maps (e.g. one per CAM branch) are averaged first,
@@ -306,8 +306,9 @@ def square_box(boxes: Tensor, size: tuple[int, int]) -> Tensor:
     nx0, ny0 = x0 + round_half_away((w - h) / 4), y0 + round_half_away((h - w) / 4)
     side = round_half_away((w + h) / 2)
     height, width = size
-    return torch.stack([nx0.clamp(0, width), ny0.clamp(0, height),
-                        (nx0 + side).clamp(0, width), (ny0 + side).clamp(0, height)], dim=1)
+    return torch.stack(
+        [nx0.clamp(0, width), ny0.clamp(0, height), (nx0 + side).clamp(0, width), (ny0 + side).clamp(0, height)], dim=1
+    )
 
 
 def attention_box(saliency: Tensor) -> Tensor:
@@ -328,10 +329,13 @@ def _affine(boxes: Tensor, size: tuple[int, int]) -> Tensor:
     height, width = size
     x0, y0, x1, y1 = boxes.float().unbind(1)
     zeros = torch.zeros_like(x0)
-    return torch.stack([
-        torch.stack([(x1 - x0) / width, zeros, (x0 + x1) / width - 1], dim=1),
-        torch.stack([zeros, (y1 - y0) / height, (y0 + y1) / height - 1], dim=1),
-    ], dim=1)
+    return torch.stack(
+        [
+            torch.stack([(x1 - x0) / width, zeros, (x0 + x1) / width - 1], dim=1),
+            torch.stack([zeros, (y1 - y0) / height, (y0 + y1) / height - 1], dim=1),
+        ],
+        dim=1,
+    )
 
 
 def crop_and_zoom(images: Tensor, boxes: Tensor, size: tuple[int, int] | None = None) -> Tensor:
@@ -346,8 +350,11 @@ def crop_and_zoom(images: Tensor, boxes: Tensor, size: tuple[int, int] | None = 
         (B, C, h, w); output pixel centres sample the box uniformly (``align_corners=False``).
     """
     out = size or spatial_size(images)
-    grid = F.affine_grid(_affine(boxes, spatial_size(images)).to(images.dtype),
-                         [images.shape[0], images.shape[1], *out], align_corners=False)
+    grid = F.affine_grid(
+        _affine(boxes, spatial_size(images)).to(images.dtype),
+        [images.shape[0], images.shape[1], *out],
+        align_corners=False,
+    )
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
@@ -372,10 +379,13 @@ def paste_into_image(maps: Tensor, boxes: Tensor, size: tuple[int, int]) -> Tens
     # Output (original image) grid coordinate g ∈ [-1, 1] ↔ pixel p = (g + 1) W / 2; inside the crop
     # its normalised coordinate is 2 (p − x0) / bw − 1.
     zeros = torch.zeros_like(x0)
-    theta = torch.stack([
-        torch.stack([width / bw, zeros, (width - 2 * x0) / bw - 1], dim=1),
-        torch.stack([zeros, height / bh, (height - 2 * y0) / bh - 1], dim=1),
-    ], dim=1)
+    theta = torch.stack(
+        [
+            torch.stack([width / bw, zeros, (width - 2 * x0) / bw - 1], dim=1),
+            torch.stack([zeros, height / bh, (height - 2 * y0) / bh - 1], dim=1),
+        ],
+        dim=1,
+    )
     grid = F.affine_grid(theta.to(maps.dtype), [maps.shape[0], 1, height, width], align_corners=False)
     return F.grid_sample(maps[:, None], grid, mode="bilinear", padding_mode="zeros", align_corners=False)[:, 0]
 
@@ -400,8 +410,9 @@ def box_coverage(boxes: Tensor, objects: Tensor) -> Tensor:
     width = (torch.minimum(boxes[:, 2], objects[:, 2]) - torch.maximum(boxes[:, 0], objects[:, 0])).clamp_min(0)
     height = (torch.minimum(boxes[:, 3], objects[:, 3]) - torch.maximum(boxes[:, 1], objects[:, 1])).clamp_min(0)
     area = (objects[:, 2] - objects[:, 0]) * (objects[:, 3] - objects[:, 1])
-    return torch.where(area > 0, width * height / area.clamp_min(torch.finfo(area.dtype).tiny),
-                       torch.full_like(area, math.nan))
+    return torch.where(
+        area > 0, width * height / area.clamp_min(torch.finfo(area.dtype).tiny), torch.full_like(area, math.nan)
+    )
 
 
 def saliency_contrast(saliency: Tensor, objects: Tensor) -> Tensor:

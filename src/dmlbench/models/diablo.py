@@ -118,10 +118,16 @@ def merge(features: Tensor, attention: Tensor, *, scale: MergeScale) -> Tensor:
     """
     if scale not in MERGE_SCALES:
         raise ValueError(f"merge scale must be 'identity' or 'paper', got {scale!r}")
-    if attention.dim() != 5 or attention.shape[2] not in (1, features.shape[1]) \
-            or attention.shape[-2:] != features.shape[-2:] or attention.shape[0] != features.shape[0]:
-        raise ValueError(f"attention of shape {tuple(attention.shape)} does not fit features of shape "
-                         f"{tuple(features.shape)}: expected (B, N, 1 or c, h, w)")
+    if (
+        attention.dim() != 5
+        or attention.shape[2] not in (1, features.shape[1])
+        or attention.shape[-2:] != features.shape[-2:]
+        or attention.shape[0] != features.shape[0]
+    ):
+        raise ValueError(
+            f"attention of shape {tuple(attention.shape)} does not fit features of shape "
+            f"{tuple(features.shape)}: expected (B, N, 1 or c, h, w)"
+        )
     gain = attention.shape[1] if scale == "identity" else 1
     return (gain * attention) * features.unsqueeze(1)
 
@@ -172,8 +178,15 @@ class DictionarySelection(nn.Module):
     α/√m sets how far the random attention is from uniform (docs/methods/diablo.md).
     """
 
-    def __init__(self, selection: Selection, in_channels: int, num_entries: int, channels: int, hardness: float,
-                 init: DictionaryInit = "unit"):
+    def __init__(
+        self,
+        selection: Selection,
+        in_channels: int,
+        num_entries: int,
+        channels: int,
+        hardness: float,
+        init: DictionaryInit = "unit",
+    ):
         super().__init__()
         if selection not in ("feature", "dimension"):
             raise ValueError(f"selection must be 'feature' or 'dimension', got {selection!r}")
@@ -228,10 +241,23 @@ class DIABLO(nn.Module):
     branch embeddings (norm √N); ``learner_slices`` are the branches' column ranges.
     """
 
-    def __init__(self, backbone: StagedBackbone, *, selection: Selection, placement: Placement, num_entries: int,
-                 hardness: float, feature_stage: str, phi_until: str, psi_until: str, embedding_dim: int,
-                 freeze_bn: bool = False, merge_scale: MergeScale = "identity",
-                 dictionary_init: DictionaryInit = "unit", dictionary_lr_multiplier: float = 1.0):
+    def __init__(
+        self,
+        backbone: StagedBackbone,
+        *,
+        selection: Selection,
+        placement: Placement,
+        num_entries: int,
+        hardness: float,
+        feature_stage: str,
+        phi_until: str,
+        psi_until: str,
+        embedding_dim: int,
+        freeze_bn: bool = False,
+        merge_scale: MergeScale = "identity",
+        dictionary_init: DictionaryInit = "unit",
+        dictionary_lr_multiplier: float = 1.0,
+    ):
         super().__init__()
         if placement not in ("pre", "post"):
             raise ValueError(f"placement must be 'pre' or 'post', got {placement!r}")
@@ -239,8 +265,10 @@ class DIABLO(nn.Module):
             raise ValueError(f"merge_scale must be 'identity' or 'paper', got {merge_scale!r}")
         for until in (phi_until, psi_until):
             if until == "pool" or backbone.index(until) <= backbone.index(feature_stage):
-                raise ValueError(f"stage {until!r} must come after the feature stage {feature_stage!r} and before "
-                                 f"'pool'; stages are {list(backbone.stage_names)}")
+                raise ValueError(
+                    f"stage {until!r} must come after the feature stage {feature_stage!r} and before "
+                    f"'pool'; stages are {list(backbone.stage_names)}"
+                )
         if embedding_dim % num_entries:
             raise ValueError(f"embedding_dim {embedding_dim} is not divisible by the dictionary size {num_entries}")
         self.backbone = backbone
@@ -249,8 +277,9 @@ class DIABLO(nn.Module):
         self.feature_stage, self.psi_until = feature_stage, psi_until
         self.phi = copy.deepcopy(backbone.stages(feature_stage, phi_until))
         merged_channels = backbone.out_channels[feature_stage if placement == "pre" else psi_until]
-        self.selection = DictionarySelection(selection, backbone.out_channels[phi_until], num_entries,
-                                             merged_channels, hardness, init=dictionary_init)
+        self.selection = DictionarySelection(
+            selection, backbone.out_channels[phi_until], num_entries, merged_channels, hardness, init=dictionary_init
+        )
         self.dictionary_lr_multiplier = dictionary_lr_multiplier
         branch_dim = embedding_dim // num_entries
         self.embeddings = BranchEmbeddings(num_entries, backbone.out_channels[psi_until], branch_dim)

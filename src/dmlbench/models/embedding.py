@@ -25,8 +25,14 @@ def compute_embeddings(
     """
     was_training = model.training
     model.eval()
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                        pin_memory=device.type == "cuda", collate_fn=dataset.collate_fn)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+        collate_fn=dataset.collate_fn,
+    )
     chunks = []
     for images, _, indices in loader:
         inputs = dataset.to_model_input(images.to(device, non_blocking=True), indices)

@@ -58,8 +58,14 @@ class MultiHeadDotProductAttention(nn.Module):
     call (softmax over the last axis gives α), for the mechanism-health numbers.
     """
 
-    def __init__(self, dim: int, heads: int, dropout: float = 0.1, scale: AttentionScale = "embedding",
-                 output_projection: bool = False):
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        dropout: float = 0.1,
+        scale: AttentionScale = "embedding",
+        output_projection: bool = False,
+    ):
         super().__init__()
         if heads < 1 or dim % heads:
             raise ValueError(f"the embedding size {dim} must be a positive multiple of the number of heads {heads}")
@@ -107,13 +113,24 @@ class MessagePassingStep(nn.Module):
         scale, output_projection: see :class:`MultiHeadDotProductAttention`.
     """
 
-    def __init__(self, dim: int, heads: int, attention_dropout: float = 0.1, dropout: float = 0.1,
-                 ff_multiplier: int = 4, scale: AttentionScale = "embedding", output_projection: bool = False):
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        attention_dropout: float = 0.1,
+        dropout: float = 0.1,
+        ff_multiplier: int = 4,
+        scale: AttentionScale = "embedding",
+        output_projection: bool = False,
+    ):
         super().__init__()
         self.attention = MultiHeadDotProductAttention(dim, heads, attention_dropout, scale, output_projection)
         self.norm1 = nn.LayerNorm(dim)
         self.feed_forward = nn.Sequential(
-            nn.Linear(dim, ff_multiplier * dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ff_multiplier * dim, dim),
+            nn.Linear(dim, ff_multiplier * dim),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(ff_multiplier * dim, dim),
         )
         self.norm2 = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
@@ -139,10 +156,19 @@ class MessagePassingNetwork(nn.Module):
         other arguments: see :class:`MessagePassingStep`.
     """
 
-    def __init__(self, dim: int, steps: int = 1, heads: int = 2, attention_dropout: float = 0.1,
-                 dropout: float = 0.1, ff_multiplier: int = 4, scale: AttentionScale = "embedding",
-                 output_projection: bool = False, input_projection: bool = False,
-                 node_scale: NodeScale = "sqrt_dim"):
+    def __init__(
+        self,
+        dim: int,
+        steps: int = 1,
+        heads: int = 2,
+        attention_dropout: float = 0.1,
+        dropout: float = 0.1,
+        ff_multiplier: int = 4,
+        scale: AttentionScale = "embedding",
+        output_projection: bool = False,
+        input_projection: bool = False,
+        node_scale: NodeScale = "sqrt_dim",
+    ):
         super().__init__()
         if steps < 1:
             raise ValueError(f"the MPN needs at least one message-passing step, got {steps}")
@@ -193,8 +219,14 @@ class MPNEmbedder(nn.Module):
 
     learner_slices = None
 
-    def __init__(self, backbone: StagedBackbone, dim: int, mpn: MessagePassingNetwork | None,
-                 freeze_bn: bool = False, mpn_lr_multiplier: float = 1.0):
+    def __init__(
+        self,
+        backbone: StagedBackbone,
+        dim: int,
+        mpn: MessagePassingNetwork | None,
+        freeze_bn: bool = False,
+        mpn_lr_multiplier: float = 1.0,
+    ):
         super().__init__()
         self.backbone = backbone
         self.embedding = nn.Linear(backbone.out_channels["pool"], dim)
@@ -229,6 +261,8 @@ class MPNEmbedder(nn.Module):
             RuntimeError: the model was built without an MPN.
         """
         if self.mpn is None:
-            raise RuntimeError("this model has no MPN (the MPN loss weight is 0 and the test embedding is the "
-                               "backbone's); set loss.mpn_weight > 0 or options.test_embedding: mpn")
+            raise RuntimeError(
+                "this model has no MPN (the MPN loss weight is 0 and the test embedding is the "
+                "backbone's); set loss.mpn_weight > 0 or options.test_embedding: mpn"
+            )
         return self.mpn(embeddings)

@@ -25,10 +25,14 @@ from .summary import render_markdown, summarise, write_cells_csv
 
 
 #: Under the plots in a table's HTML page.
-RECALL_CAPTION = ("Recall@K against K, per dataset: the table's means and ± the half-widths of its 95 % intervals "
-                  "(reference rows dashed and grey).")
-CURVES_CAPTION = ("Training loss (divided by its first-epoch value) and validation R@1 per epoch of the trained "
-                  "methods: mean over the seeds, band: the 95 % interval over the seeds.")
+RECALL_CAPTION = (
+    "Recall@K against K, per dataset: the table's means and ± the half-widths of its 95 % intervals "
+    "(reference rows dashed and grey)."
+)
+CURVES_CAPTION = (
+    "Training loss (divided by its first-epoch value) and validation R@1 per epoch of the trained "
+    "methods: mean over the seeds, band: the 95 % interval over the seeds."
+)
 
 
 @dataclass(frozen=True)
@@ -120,8 +124,17 @@ def build_report(
     dead = dead_cells(results, health_checks or {})
     cells = summarise(results, runs, spec, dead)
     shown = [metric for dataset in spec.datasets for metric in spec.metrics[dataset]]
-    caption = " ".join(filter(None, [caption_text(settings), latex_from_plain(note),
-                                     latex_from_plain(metric_definitions(shown)), dead_caption(dead, spec)]))
+    caption = " ".join(
+        filter(
+            None,
+            [
+                caption_text(settings),
+                latex_from_plain(note),
+                latex_from_plain(metric_definitions(shown)),
+                dead_caption(dead, spec),
+            ],
+        )
+    )
     logs = load_logs(runs if log_runs is None else log_runs)
     paper_numbers = load_paper_numbers() if references else None
     table_path = Path(table_path)
@@ -133,7 +146,9 @@ def build_report(
         write_text_atomic(tmp[".md"], markdown)
         plot_training_curves(logs, tmp["training-curves plot"], spec)
         plot_recall_at_k(cells, spec, tmp["Recall@K plot"])
-        figures = [(RECALL_CAPTION, Path(tmp["Recall@K plot"]).read_bytes()),
-                   (CURVES_CAPTION, Path(tmp["training-curves plot"]).read_bytes())]
+        figures = [
+            (RECALL_CAPTION, Path(tmp["Recall@K plot"]).read_bytes()),
+            (CURVES_CAPTION, Path(tmp["training-curves plot"]).read_bytes()),
+        ]
         write_html_page(tmp[".html"], markdown, title=table_path.stem, figures=figures)
     return Report(cells, dead)

@@ -18,8 +18,17 @@ from typing import Any
 from .latex import escape_latex, latex_from_plain
 from .significance import method_text
 
-SETTING_KEYS = ("protocol", "backbone", "pretrained", "embedding_dim", "image_size", "epochs", "seeds", "datasets",
-                "deterministic")
+SETTING_KEYS = (
+    "protocol",
+    "backbone",
+    "pretrained",
+    "embedding_dim",
+    "image_size",
+    "epochs",
+    "seeds",
+    "datasets",
+    "deterministic",
+)
 
 PROTOCOLS = {
     "clean": (
@@ -136,8 +145,11 @@ def _render(key: str, value: Any) -> str:
         originals.setdefault(_canonical(item), item)
     common = max(groups, key=lambda c: len(groups[c]))
     if 2 * len(groups[common]) > len(value.by_group):  # most groups agree: say it once, then the exceptions
-        others = "; ".join(f"{', '.join(escape_latex(label) for label in labels)}: {fmt(originals[c])}"
-                           for c, labels in groups.items() if c != common)
+        others = "; ".join(
+            f"{', '.join(escape_latex(label) for label in labels)}: {fmt(originals[c])}"
+            for c, labels in groups.items()
+            if c != common
+        )
         return f"{fmt(originals[common])} ({others})"
     parts = [
         f"{fmt(originals[c])} for {', '.join(escape_latex(label) for label in labels)}" for c, labels in groups.items()

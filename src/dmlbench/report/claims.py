@@ -85,10 +85,34 @@ VERDICTS = (SUPPORTED, CONTRADICTED, INCONCLUSIVE, NOT_RUN)
 #: Coverage of the difference's interval: the two one-sided tests at α read its ends.
 DIFFERENCE_CONFIDENCE = 1.0 - 2.0 * ALPHA
 
-CLAIM_COLUMNS = ["id", "paper", "claim", "reported", "kind", "margin", "higher", "higher_metric", "lower",
-                 "lower_metric", "lower_value", "seeds", "queries", "higher_mean", "higher_ci_low", "higher_ci_high",
-                 "lower_mean", "lower_ci_low", "lower_ci_high", "difference", "difference_low", "difference_high",
-                 "p_not_higher", "verdict", "higher_dead", "lower_dead"]
+CLAIM_COLUMNS = [
+    "id",
+    "paper",
+    "claim",
+    "reported",
+    "kind",
+    "margin",
+    "higher",
+    "higher_metric",
+    "lower",
+    "lower_metric",
+    "lower_value",
+    "seeds",
+    "queries",
+    "higher_mean",
+    "higher_ci_low",
+    "higher_ci_high",
+    "lower_mean",
+    "lower_ci_low",
+    "lower_ci_high",
+    "difference",
+    "difference_low",
+    "difference_high",
+    "p_not_higher",
+    "verdict",
+    "higher_dead",
+    "lower_dead",
+]
 
 
 @dataclass(frozen=True)
@@ -131,11 +155,20 @@ def claims_of(config: Mapping[str, Any]) -> tuple[str, list[Claim]]:
     override = claims.get("seeds")
     skip = set(claims.get("skip", []))
     return claims["dataset"], [
-        Claim(id=item["id"], paper=item["paper"], claim=item["claim"], reported=item.get("reported", ""),
-              metric=item.get("higher_metric", item["metric"]), higher=item["higher"], lower=item.get("lower"),
-              seeds=tuple(override or item.get("seeds", default_seeds)),
-              lower_metric=item.get("lower_metric", item["metric"]), lower_value=item.get("lower_value"),
-              margin=item.get("margin"), skipped=item["id"] in skip)
+        Claim(
+            id=item["id"],
+            paper=item["paper"],
+            claim=item["claim"],
+            reported=item.get("reported", ""),
+            metric=item.get("higher_metric", item["metric"]),
+            higher=item["higher"],
+            lower=item.get("lower"),
+            seeds=tuple(override or item.get("seeds", default_seeds)),
+            lower_metric=item.get("lower_metric", item["metric"]),
+            lower_value=item.get("lower_value"),
+            margin=item.get("margin"),
+            skipped=item["id"] in skip,
+        )
         for item in claims["items"]
     ]
 
@@ -152,25 +185,32 @@ def check_claims(config: Mapping[str, Any], source: str) -> None:
     dataset, claims = claims_of(config)
     section(config, "datasets", dataset)
     if "claims" in config.get("tables", {}):
-        raise ConfigError(f"{source}: tables.claims: the name 'claims' belongs to the claims table "
-                          f"(results/tables/claims.tex); rename the table")
+        raise ConfigError(
+            f"{source}: tables.claims: the name 'claims' belongs to the claims table "
+            f"(results/tables/claims.tex); rename the table"
+        )
     seen: set[str] = set()
     for i, claim in enumerate(claims):
         if claim.id in seen:
             raise ConfigError(f"{source}: claims.items[{i}].id = {claim.id!r} is used twice; ids must be unique")
         seen.add(claim.id)
         if (claim.lower is None) == (claim.lower_value is None):
-            raise ConfigError(f"{source}: claims.items[{i}] ({claim.id}): give exactly one of 'lower' (a method) "
-                              f"and 'lower_value' (a fixed reference number) for the lower side")
+            raise ConfigError(
+                f"{source}: claims.items[{i}] ({claim.id}): give exactly one of 'lower' (a method) "
+                f"and 'lower_value' (a fixed reference number) for the lower side"
+            )
         for side, (method, _) in zip(("higher", "lower"), claim.sides):
             if method not in config["methods"]:
-                raise ConfigError(f"{source}: claims.items[{i}].{side} = {method!r} is not defined under "
-                                  f"'methods'; use one of the method names there")
+                raise ConfigError(
+                    f"{source}: claims.items[{i}].{side} = {method!r} is not defined under "
+                    f"'methods'; use one of the method names there"
+                )
             resolve_method(config, method)
     unknown = sorted(set(config["claims"].get("skip", [])) - seen)
     if unknown:
-        raise ConfigError(f"{source}: claims.skip names {unknown}, which are not ids of claims.items; "
-                          f"use ids listed there")
+        raise ConfigError(
+            f"{source}: claims.skip names {unknown}, which are not ids of claims.items; use ids listed there"
+        )
 
 
 def claim_runs(config: Mapping[str, Any], runs_dir: Path) -> list[RunDir]:
@@ -190,8 +230,10 @@ def _reported(results: pd.DataFrame, method: str, metric: str, seeds: Sequence[i
     values = rows.pivot(index="seed", columns="metric", values="value")
     missing = sorted(set(seeds) - set(values.index))
     if missing:
-        raise ConfigError(f"claims: {method} has no '{metric}' in metrics.json of seed(s) {missing}; "
-                          f"is '{metric}' a key that this method's runs write?")
+        raise ConfigError(
+            f"claims: {method} has no '{metric}' in metrics.json of seed(s) {missing}; "
+            f"is '{metric}' a key that this method's runs write?"
+        )
     return values.loc[list(seeds)]
 
 
@@ -214,8 +256,10 @@ def _side_values(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str, i
     for (method, metric), frame in zip(claim.sides, reported):
         block, side_rows = per_query_block([runs[(method, s)] for s in claim.seeds], [metric], frame)
         if rows is not None and not np.array_equal(rows, side_rows):
-            raise ReportInputError(f"claims.{claim.id}: {claim.higher} and {method} were evaluated on other test "
-                                   f"queries; a claim pairs the two sides query by query")
+            raise ReportInputError(
+                f"claims.{claim.id}: {claim.higher} and {method} were evaluated on other test "
+                f"queries; a claim pairs the two sides query by query"
+            )
         rows = side_rows
         blocks.append(block)
     return np.concatenate(blocks, axis=2)
@@ -257,8 +301,9 @@ def verdict(difference: np.ndarray, margin: float | None, alpha: float = ALPHA) 
     return INCONCLUSIVE
 
 
-def evaluate_claim(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str, int], RunDir],
-                   samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
+def evaluate_claim(
+    claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str, int], RunDir], samples: int = BOOTSTRAP_SAMPLES
+) -> dict[str, Any]:
     """The bootstrap numbers of one claim: per side mean and 95 % interval, the difference with its
     90 % interval, P(d ≤ 0), the number of resampled queries (0: per-run values) and the verdict."""
     values = _side_values(claim, results, runs)
@@ -267,7 +312,8 @@ def evaluate_claim(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str,
     if claim.lower is None:
         replicates = np.concatenate([replicates, np.full((samples, 1), claim.lower_value)], axis=1)
     means = [float(values[:, :, j].mean()) for j in range(values.shape[2])] + (
-        [float(claim.lower_value)] if claim.lower_value is not None else [])  # lower None ⇔ lower_value set
+        [float(claim.lower_value)] if claim.lower_value is not None else []
+    )  # lower None ⇔ lower_value set
     low, high = percentile_interval(replicates)
     difference = replicates[:, 0] - replicates[:, 1]
     d_low, d_high = percentile_interval(difference[:, None], DIFFERENCE_CONFIDENCE)
@@ -275,11 +321,14 @@ def evaluate_claim(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str,
     nan = math.nan
     return {
         "queries": num_queries if _per_query(claim) else 0,
-        "higher_mean": means[0], "higher_ci_low": nan if no_spread else float(low[0]),
+        "higher_mean": means[0],
+        "higher_ci_low": nan if no_spread else float(low[0]),
         "higher_ci_high": nan if no_spread else float(high[0]),
-        "lower_mean": means[1], "lower_ci_low": nan if no_spread or claim.lower is None else float(low[1]),
+        "lower_mean": means[1],
+        "lower_ci_low": nan if no_spread or claim.lower is None else float(low[1]),
         "lower_ci_high": nan if no_spread or claim.lower is None else float(high[1]),
-        "difference": means[0] - means[1], "difference_low": nan if no_spread else float(d_low[0]),
+        "difference": means[0] - means[1],
+        "difference_low": nan if no_spread else float(d_low[0]),
         "difference_high": nan if no_spread else float(d_high[0]),
         "p_not_higher": nan if no_spread else _share_at_most(difference, 0.0),
         "verdict": INCONCLUSIVE if no_spread else verdict(difference, claim.margin),
@@ -288,14 +337,23 @@ def evaluate_claim(claim: Claim, results: pd.DataFrame, runs: Mapping[tuple[str,
 
 #: The numbers of a claim that ``claims.skip`` leaves out.
 NOT_RUN_NUMBERS: dict[str, Any] = {
-    "queries": 0, **{f"{side}_{name}": math.nan for side in ("higher", "lower") for name in ("mean", "ci_low", "ci_high")},
-    "difference": math.nan, "difference_low": math.nan, "difference_high": math.nan,
-    "p_not_higher": math.nan, "verdict": NOT_RUN,
+    "queries": 0,
+    **{f"{side}_{name}": math.nan for side in ("higher", "lower") for name in ("mean", "ci_low", "ci_high")},
+    "difference": math.nan,
+    "difference_low": math.nan,
+    "difference_high": math.nan,
+    "p_not_higher": math.nan,
+    "verdict": NOT_RUN,
 }
 
 
-def evaluate_claims(claims: Sequence[Claim], results: pd.DataFrame, runs: Sequence[RunDir],
-                    dead: Mapping[str, bool], samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
+def evaluate_claims(
+    claims: Sequence[Claim],
+    results: pd.DataFrame,
+    runs: Sequence[RunDir],
+    dead: Mapping[str, bool],
+    samples: int = BOOTSTRAP_SAMPLES,
+) -> pd.DataFrame:
     """One row per claim (:data:`CLAIM_COLUMNS`) from the long results of their runs.
 
     Args:
@@ -309,24 +367,39 @@ def evaluate_claims(claims: Sequence[Claim], results: pd.DataFrame, runs: Sequen
     rows = []
     for claim in claims:
         numbers = NOT_RUN_NUMBERS if claim.skipped else evaluate_claim(claim, results, by_key, samples)
-        rows.append({
-            "id": claim.id, "paper": claim.paper, "claim": claim.claim, "reported": claim.reported,
-            "kind": "≈" if claim.margin is not None else ">",
-            "margin": math.nan if claim.margin is None else claim.margin, "higher": claim.higher,
-            "higher_metric": claim.metric, "lower": claim.lower or "", "lower_metric": claim.lower_metric,
-            "lower_value": math.nan if claim.lower_value is None else claim.lower_value,
-            "seeds": 0 if claim.skipped else len(claim.seeds), **numbers, "higher_dead": dead.get(claim.higher, False),
-            "lower_dead": claim.lower is not None and dead.get(claim.lower, False),
-        })
+        rows.append(
+            {
+                "id": claim.id,
+                "paper": claim.paper,
+                "claim": claim.claim,
+                "reported": claim.reported,
+                "kind": "≈" if claim.margin is not None else ">",
+                "margin": math.nan if claim.margin is None else claim.margin,
+                "higher": claim.higher,
+                "higher_metric": claim.metric,
+                "lower": claim.lower or "",
+                "lower_metric": claim.lower_metric,
+                "lower_value": math.nan if claim.lower_value is None else claim.lower_value,
+                "seeds": 0 if claim.skipped else len(claim.seeds),
+                **numbers,
+                "higher_dead": dead.get(claim.higher, False),
+                "lower_dead": claim.lower is not None and dead.get(claim.lower, False),
+            }
+        )
     return pd.DataFrame(rows, columns=CLAIM_COLUMNS)
 
 
 def _side_cell(row: Any, side: str) -> pd.Series:
     """One side of a claim as a table cell (the keys of :data:`~.summary.CELL_COLUMNS` that its text reads), never
     bold: shown as the tables show theirs (:func:`~.summary.styled_text`)."""
-    return pd.Series({"metric": row.higher_metric if side == "higher" else row.lower_metric,
-                      **{name: getattr(row, f"{side}_{name}") for name in ("mean", "ci_low", "ci_high")},
-                      "bold": False, "dead": getattr(row, f"{side}_dead")})
+    return pd.Series(
+        {
+            "metric": row.higher_metric if side == "higher" else row.lower_metric,
+            **{name: getattr(row, f"{side}_{name}") for name in ("mean", "ci_low", "ci_high")},
+            "bold": False,
+            "dead": getattr(row, f"{side}_dead"),
+        }
+    )
 
 
 def _difference_text(row: Any) -> str:
@@ -354,23 +427,39 @@ def _verdict_text(row: Any) -> str:
 def _rows(table: pd.DataFrame, text: Callable[[str], str], dead_mark: str, plus_minus: str) -> list[list[str]]:
     """The cells of each claim: its plain text through ``text`` (as is for Markdown,
     :func:`~.latex.latex_from_plain` for LaTeX), the two sides as table cells with ``dead_mark`` and ``plus_minus``."""
-    return [[*map(text, [row.paper, row.claim, row.reported or MISSING]),
-             *(styled_text(_side_cell(row, side), dead_mark=dead_mark, plus_minus=plus_minus)
-               for side in ("higher", "lower")),
-             text(_difference_text(row)), text(_verdict_text(row))]
-            for row in table.itertuples()]
+    return [
+        [
+            *map(text, [row.paper, row.claim, row.reported or MISSING]),
+            *(
+                styled_text(_side_cell(row, side), dead_mark=dead_mark, plus_minus=plus_minus)
+                for side in ("higher", "lower")
+            ),
+            text(_difference_text(row)),
+            text(_verdict_text(row)),
+        ]
+        for row in table.itertuples()
+    ]
 
 
-HEADER = ["Paper", "Claim", "Paper's numbers", "Ours: higher side", "Ours: lower side", "Difference [90 % CI]",
-          "Verdict"]
+HEADER = [
+    "Paper",
+    "Claim",
+    "Paper's numbers",
+    "Ours: higher side",
+    "Ours: lower side",
+    "Difference [90 % CI]",
+    "Verdict",
+]
 #: The LaTeX column specification: the claim and the paper's numbers wrap.
 LATEX_COLUMNS = "lp{4.2cm}p{3.6cm}cccl"
 #: What the claims' caption adds to the intervals' sentence (:func:`~.significance.interval_text`).
-NOTE = (f"A lower side without an interval is a fixed reference. Difference: higher − lower side with its 90 % "
-        f"interval (the same draws of seeds and test queries for both sides). Verdict: an order (>) is supported when "
-        f"fewer than {ALPHA} of the replicates have difference ≤ 0, contradicted when fewer than {ALPHA} have ≥ 0; an "
-        f"equivalence (≈, ±margin in parentheses) is supported when the 90 % interval lies inside ±margin, "
-        f"contradicted when it lies outside; otherwise inconclusive (always so with 1 seed and no per-query values).")
+NOTE = (
+    f"A lower side without an interval is a fixed reference. Difference: higher − lower side with its 90 % "
+    f"interval (the same draws of seeds and test queries for both sides). Verdict: an order (>) is supported when "
+    f"fewer than {ALPHA} of the replicates have difference ≤ 0, contradicted when fewer than {ALPHA} have ≥ 0; an "
+    f"equivalence (≈, ±margin in parentheses) is supported when the 90 % interval lies inside ±margin, "
+    f"contradicted when it lies outside; otherwise inconclusive (always so with 1 seed and no per-query values)."
+)
 
 
 def claims_caption(table: pd.DataFrame, dataset_label: str, dead_note: str = "", skip_reason: str = "") -> str:
@@ -383,11 +472,18 @@ def claims_caption(table: pd.DataFrame, dataset_label: str, dead_note: str = "",
         dead_note: LaTeX; empty when every side's mechanism engaged.
         skip_reason: ``claims.skip_reason`` when claims were skipped, plain text.
     """
-    return " ".join(filter(None, [
-        f"Claims of the papers, re-measured on {escape_latex(dataset_label)}.",
-        latex_from_plain(interval_text(seed_counts(table), "Ours")), latex_from_plain(NOTE), dead_note,
-        latex_from_plain(f"Not run: {skip_reason}") if skip_reason else "",
-    ]))
+    return " ".join(
+        filter(
+            None,
+            [
+                f"Claims of the papers, re-measured on {escape_latex(dataset_label)}.",
+                latex_from_plain(interval_text(seed_counts(table), "Ours")),
+                latex_from_plain(NOTE),
+                dead_note,
+                latex_from_plain(f"Not run: {skip_reason}") if skip_reason else "",
+            ],
+        )
+    )
 
 
 def render_markdown(table: pd.DataFrame, caption: str) -> str:
@@ -408,10 +504,13 @@ def claims_spec(config: Mapping[str, Any]) -> TableSpec:
     daggers' caption, :func:`~.health.dead_caption`)."""
     dataset, claims = claims_of(config)
     methods = claim_methods(config)
-    return TableSpec(datasets=[dataset], methods=methods,
-                     metrics={dataset: sorted({metric for claim in claims for _, metric in claim.sides})},
-                     dataset_labels={dataset: config["datasets"][dataset].get("label", dataset)},
-                     method_labels={m: resolve_method(config, m).get("label", m) for m in methods})
+    return TableSpec(
+        datasets=[dataset],
+        methods=methods,
+        metrics={dataset: sorted({metric for claim in claims for _, metric in claim.sides})},
+        dataset_labels={dataset: config["datasets"][dataset].get("label", dataset)},
+        method_labels={m: resolve_method(config, m).get("label", m) for m in methods},
+    )
 
 
 def claim_methods(config: Mapping[str, Any]) -> list[str]:
@@ -419,8 +518,9 @@ def claim_methods(config: Mapping[str, Any]) -> list[str]:
     return sorted({method for claim in claims_of(config)[1] for method, _ in claim.sides})
 
 
-def write_claims(config: Mapping[str, Any], runs_dir: Path, out_dir: Path,
-                 checks: Mapping[str, Sequence[Any]]) -> pd.DataFrame:
+def write_claims(
+    config: Mapping[str, Any], runs_dir: Path, out_dir: Path, checks: Mapping[str, Sequence[Any]]
+) -> pd.DataFrame:
     """Evaluate the claims and write ``claims.{tex,md,html,csv}`` to ``out_dir``, renamed into place together
     at the end (:func:`dmlbench.atomic.atomic_outputs`).
 

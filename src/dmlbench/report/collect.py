@@ -33,6 +33,7 @@ LOG_REQUIRED_COLUMNS = tuple(column for column in LOG_COLUMNS if column not in L
 
 RESULT_COLUMNS = ["dataset", "method", "seed", "metric", "value"]
 
+
 class ReportInputError(DmlbenchError, ValueError):
     """A run's metrics.json or log.csv is missing or malformed (the message names the file)."""
 
@@ -85,8 +86,10 @@ def read_metrics(path: str | Path) -> dict[str, float]:
     """
     path = Path(path)
     if not path.is_file():
-        raise ReportInputError(f"{path}: metrics file not found; build the runs first: `snakemake --cores N "
-                               f"<target>` builds every run a table or figure needs (or `dmlbench evaluate`)")
+        raise ReportInputError(
+            f"{path}: metrics file not found; build the runs first: `snakemake --cores N "
+            f"<target>` builds every run a table or figure needs (or `dmlbench evaluate`)"
+        )
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -132,12 +135,16 @@ def read_per_query(path: str | Path) -> dict[str, np.ndarray]:
     """
     path = Path(path)
     run = path.parent
-    rerun = (f"rerun the run's evaluate step: `snakemake {path}` or `dvc repro` (it is an output of the evaluate "
-             f"rule), or by hand `dmlbench evaluate {run / EMBEDDINGS_FILE} --out {run / METRICS_FILE} "
-             f"--dataset {run.parent.parent.name}`")
+    rerun = (
+        f"rerun the run's evaluate step: `snakemake {path}` or `dvc repro` (it is an output of the evaluate "
+        f"rule), or by hand `dmlbench evaluate {run / EMBEDDINGS_FILE} --out {run / METRICS_FILE} "
+        f"--dataset {run.parent.parent.name}`"
+    )
     if not path.is_file():
-        raise ReportInputError(f"{path}: per-query results not found (the run was evaluated before evaluate "
-                               f"wrote them, or the file was removed); {rerun}")
+        raise ReportInputError(
+            f"{path}: per-query results not found (the run was evaluated before evaluate "
+            f"wrote them, or the file was removed); {rerun}"
+        )
     try:
         with np.load(path, allow_pickle=False) as archive:
             repeated = repeated_members(archive)
@@ -145,8 +152,9 @@ def read_per_query(path: str | Path) -> dict[str, np.ndarray]:
     except NPZ_READ_ERRORS as err:
         raise ReportInputError(f"{path}: not a readable per-query .npz ({err}); {rerun}") from err
     if repeated:
-        raise ReportInputError(f"{path}: holds the array {repeated[0]!r} more than once (numpy reads only one); "
-                               f"{rerun}")
+        raise ReportInputError(
+            f"{path}: holds the array {repeated[0]!r} more than once (numpy reads only one); {rerun}"
+        )
     if "row" not in arrays:
         raise ReportInputError(f"{path}: no 'row' array (has {sorted(arrays)}); {rerun}")
     return arrays
@@ -162,8 +170,10 @@ def per_query_values(arrays: dict[str, np.ndarray], metric: str, path: str | Pat
     try:
         return metric_values(arrays, metric)
     except KeyError as err:
-        raise ReportInputError(f"{path}: no per-query array {err.args[0]!r} for metric '{metric}' "
-                               f"(has {sorted(arrays)}); rerun the run's evaluation") from err
+        raise ReportInputError(
+            f"{path}: no per-query array {err.args[0]!r} for metric '{metric}' "
+            f"(has {sorted(arrays)}); rerun the run's evaluation"
+        ) from err
 
 
 def read_log(path: str | Path) -> pd.DataFrame:

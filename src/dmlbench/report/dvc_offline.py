@@ -57,7 +57,8 @@ def library_sources() -> list[tuple[str, str, str]]:
         except (FileNotFoundError, NotADirectoryError) as err:
             raise OfflineTemplateError(
                 f"{base / path}: not found; the Snakemake package ships it for its reports (`pip install "
-                f"--force-reinstall 'snakemake==9.27.*'` puts it back)") from err
+                f"--force-reinstall 'snakemake==9.27.*'` puts it back)"
+            ) from err
         unsafe = [text for text in ("</script", "{plot_divs}", "{scripts}", "{refresh_tag}") if text in code]
         if unsafe:
             raise OfflineTemplateError(f"{base / path}: contains {unsafe}, which would break the template")
@@ -67,18 +68,26 @@ def library_sources() -> list[tuple[str, str, str]]:
 
 def offline_template() -> str:
     """The page: the three libraries inline in its head, DVC's plots in its body, no ``{scripts}``."""
-    scripts = "".join(f"<!-- {name}:\n{licence}-->\n<script>\n{code}\n</script>\n"
-                      for name, licence, code in library_sources())
-    return ("<!DOCTYPE html>\n<html>\n<head>\n" + REFRESH + '\n<meta charset="utf-8">\n<title>DVC Plot</title>\n'
-            + scripts + "<style>\ntable { border-spacing: 15px; }\n</style>\n</head>\n<body>\n" + PLOTS
-            + "\n</body>\n</html>\n")
+    scripts = "".join(
+        f"<!-- {name}:\n{licence}-->\n<script>\n{code}\n</script>\n" for name, licence, code in library_sources()
+    )
+    return (
+        "<!DOCTYPE html>\n<html>\n<head>\n"
+        + REFRESH
+        + '\n<meta charset="utf-8">\n<title>DVC Plot</title>\n'
+        + scripts
+        + "<style>\ntable { border-spacing: 15px; }\n</style>\n</head>\n<body>\n"
+        + PLOTS
+        + "\n</body>\n</html>\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m dmlbench.report.dvc_offline",
         description="Write an HTML template for `dvc plots show --html-template` that holds vega, vega-lite and "
-                    "vega-embed (from the Snakemake package), so that the plots draw without a network.")
+        "vega-embed (from the Snakemake package), so that the plots draw without a network.",
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the template's path (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     try:
@@ -90,10 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     write_text_atomic(args.out, text)
     # DVC reads a relative plots.html_template from .dvc/
     from_dvc_dir = args.out if args.out.is_absolute() else os.path.relpath(args.out.resolve(), Path(".dvc").resolve())
-    print(f"wrote {args.out} ({len(text.encode()) / 1e6:.1f} MB); use it with\n"
-          f"    dvc plots show --html-template {args.out}\n"
-          "or, for every `dvc plots show` of this checkout:\n"
-          f"    dvc config --local plots.html_template {from_dvc_dir}")
+    print(
+        f"wrote {args.out} ({len(text.encode()) / 1e6:.1f} MB); use it with\n"
+        f"    dvc plots show --html-template {args.out}\n"
+        "or, for every `dvc plots show` of this checkout:\n"
+        f"    dvc config --local plots.html_template {from_dvc_dir}"
+    )
     return 0
 
 

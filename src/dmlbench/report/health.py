@@ -61,5 +61,8 @@ def dead_caption(dead: Mapping[Cell, Sequence[str]], spec: TableSpec) -> str:
         for method in spec.methods
         if (dataset, method) in dead
     ]
-    return ("$\\dag$: the method's mechanism did not engage (mechanism-health checks, docs/methods): "
-            + "; ".join(parts) + ".")
+    return (
+        "$\\dag$: the method's mechanism did not engage (mechanism-health checks, docs/methods): "
+        + "; ".join(parts)
+        + "."
+    )

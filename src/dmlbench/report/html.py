@@ -48,10 +48,14 @@ def html_page(markdown: str, title: str, figures: Sequence[tuple[str, bytes]] = 
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
     for caption, png in figures:
         uri = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-        body += (f'<figure>\n<img alt="{escape(caption)}" src="{uri}">\n'
-                 f"<figcaption>{escape(caption)}</figcaption>\n</figure>\n")
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{escape(title)}</title>\n'
-            f'<style>{STYLE}</style>\n</head>\n<body>\n<main class="{CONTAINER}">\n{body}</main>\n</body>\n</html>\n')
+        body += (
+            f'<figure>\n<img alt="{escape(caption)}" src="{uri}">\n'
+            f"<figcaption>{escape(caption)}</figcaption>\n</figure>\n"
+        )
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{escape(title)}</title>\n'
+        f'<style>{STYLE}</style>\n</head>\n<body>\n<main class="{CONTAINER}">\n{body}</main>\n</body>\n</html>\n'
+    )
 
 
 def write_html_page(path: str | Path, markdown: str, title: str, figures: Sequence[tuple[str, bytes]] = ()) -> Path:

@@ -70,8 +70,17 @@ def escape_latex(text: str) -> str:
 
 
 #: Plain-text characters that captions, notes and the claims' cells use → their LaTeX.
-_PLAIN_TO_LATEX = {"±": "$\\pm$", "α": "$\\alpha$", "†": "$\\dag$", "—": "---", "−": "$-$", "≈": "$\\approx$",
-                   "≤": "$\\leq$", "≥": "$\\geq$", "×": "$\\times$"}
+_PLAIN_TO_LATEX = {
+    "±": "$\\pm$",
+    "α": "$\\alpha$",
+    "†": "$\\dag$",
+    "—": "---",
+    "−": "$-$",
+    "≈": "$\\approx$",
+    "≤": "$\\leq$",
+    "≥": "$\\geq$",
+    "×": "$\\times$",
+}
 
 
 def latex_from_plain(text: str) -> str:
@@ -140,8 +149,10 @@ def _result_cells(cells: pd.DataFrame, spec: TableSpec) -> list[list[str]]:
     """LaTeX cells per method (rows) and (dataset, metric) (columns): bold where the cells frame says,
     :data:`DEAD_MARK` on dead (dataset, method) pairs."""
     layout = Layout.of(cells)
-    return [[styled_text(cell, ("\\textbf{", "}"), DEAD_MARK, "$\\pm$") for cell in layout.row(method)]
-            for method in spec.methods]
+    return [
+        [styled_text(cell, ("\\textbf{", "}"), DEAD_MARK, "$\\pm$") for cell in layout.row(method)]
+        for method in spec.methods
+    ]
 
 
 def dataset_blocks(spec: TableSpec, limit: int = BLOCK_COLUMNS) -> list[list[str]]:
@@ -183,9 +194,18 @@ def booktabs_tabular(columns: str, header: Sequence[str], body: Sequence[str], l
         body: the rows.
         lower: rows of a lower block under a second ``\\midrule`` (the papers' numbers); none: no block.
     """
-    return ["\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%",
-            f"\\begin{{tabular}}{{{columns}}}", "\\toprule", *header, "\\midrule", *body,
-            *(["\\midrule", *lower] if lower else []), "\\bottomrule", "\\end{tabular}%", "}"]
+    return [
+        "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%",
+        f"\\begin{{tabular}}{{{columns}}}",
+        "\\toprule",
+        *header,
+        "\\midrule",
+        *body,
+        *(["\\midrule", *lower] if lower else []),
+        "\\bottomrule",
+        "\\end{tabular}%",
+        "}",
+    ]
 
 
 def table_float(environment: str, caption: str, label: str, tabulars: Sequence[Sequence[str]]) -> str:
@@ -257,13 +277,20 @@ def render_comparison_table(
             rules.append(f"\\cmidrule(lr){{{first}-{first + width - 1}}}")
             first += width
         metric_header = [""] + [escape_latex(metric_format(columns[i][1]).header) for i in shown]
-        body = [latex_row([escape_latex(spec.method_label(m)), *(row[i] for i in shown)])
-                for m, row in zip(spec.methods, grid, strict=True)]
+        body = [
+            latex_row([escape_latex(spec.method_label(m)), *(row[i] for i in shown)])
+            for m, row in zip(spec.methods, grid, strict=True)
+        ]
         references_shown = [[row.label, *(row.cells[i] for i in shown)] for row in reference_rows]
         references_shown = [row for row in references_shown if any(cell != MISSING for cell in row[1:])]
-        tabulars.append(booktabs_tabular(f"l{'c' * len(shown)}", [latex_row(group_header), " ".join(rules),
-                                                                  latex_row(metric_header)],
-                                         body, [latex_row(row) for row in references_shown]))
+        tabulars.append(
+            booktabs_tabular(
+                f"l{'c' * len(shown)}",
+                [latex_row(group_header), " ".join(rules), latex_row(metric_header)],
+                body,
+                [latex_row(row) for row in references_shown],
+            )
+        )
     return table_float("table*" if widest > WIDE_COLUMNS else "table", caption, label, tabulars)
 
 

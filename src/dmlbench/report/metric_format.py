@@ -85,15 +85,14 @@ def metric_format(key: str) -> MetricFormat:
     return MetricFormat(key.replace("_", " "), 1.0, 3, False)
 
 
-
 #: What each evaluation metric is (captions define the columns a table shows; keys: the name after any view
 #: prefix, R@K for every K).
 DEFINITIONS = {
     "R@K": "R@K: share of the test queries with an item of their class among their K nearest neighbours",
     "NMI": "NMI: normalised mutual information of the classes and a K-means clustering of the test embeddings "
-           "(K = the number of classes)",
+    "(K = the number of classes)",
     "MAP@R": "MAP@R: mean over the queries of the average precision of their R nearest neighbours "
-             "(Musgrave et al., 2020)",
+    "(Musgrave et al., 2020)",
     "RP": "RP: R-precision, the share of a query's R nearest neighbours that are of its class",
 }
 #: Appended to the definitions when MAP@R or RP is among them.
@@ -101,9 +100,11 @@ R_DEFINITION = "R: the number of items of the query's class in the searched set 
 
 #: Appended when a column is a ``test_selected/`` metric
 #: (:func:`dmlbench.training.trainer.paper_protocol_selection`).
-TEST_SELECTED_DEFINITION = ("test-selected epoch: the best of the per-epoch test R@1 (the papers' protocol: "
-                            "the epoch picked on the test set); every other column is of the epoch picked on the "
-                            "validation classes")
+TEST_SELECTED_DEFINITION = (
+    "test-selected epoch: the best of the per-epoch test R@1 (the papers' protocol: "
+    "the epoch picked on the test set); every other column is of the epoch picked on the "
+    "validation classes"
+)
 
 
 def metric_definitions(keys: list[str]) -> str:

@@ -90,8 +90,7 @@ def health_checks(config: Mapping[str, Any], dataset: str, method: str, seed: in
     return [*build_recipe(run).health_checks(), *parity]
 
 
-def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path,
-                 plots_dir: Path) -> Report:
+def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_dir: Path, plots_dir: Path) -> Report:
     """Write ``tables_dir/<table>.{tex,csv,md}`` and ``plots_dir/<table>_{training_curves,recall_at_k}.png``.
 
     Returns:
@@ -108,11 +107,11 @@ def report_table(config: Mapping[str, Any], table: str, runs_dir: Path, tables_d
     }
     settings = merge_settings(settings_by_run)
     settings["datasets"] = [spec.dataset_labels[d] for d in spec.datasets]
-    runs = [
-        RunDir.of(d, m, s, runs_dir) for d in spec.datasets for m in spec.methods for s in seeds
-    ]
+    runs = [RunDir.of(d, m, s, runs_dir) for d in spec.datasets for m in spec.methods for s in seeds]
     return build_report(
-        runs, spec, settings,
+        runs,
+        spec,
+        settings,
         table_path=tables_dir / f"{table}.tex",
         curves_png=plots_dir / f"{table}_training_curves.png",
         recall_png=plots_dir / f"{table}_recall_at_k.png",

@@ -96,7 +96,9 @@ def _renderer(fig: Figure) -> Any:
     return canvas.get_renderer()
 
 
-def _legend_size(fig: Figure, handles: list[Any], labels: list[str], ncols: int, title: str | None) -> tuple[float, float]:
+def _legend_size(
+    fig: Figure, handles: list[Any], labels: list[str], ncols: int, title: str | None
+) -> tuple[float, float]:
     """Width and height (inches) of a figure legend of ``ncols`` columns."""
     legend = fig.legend(handles, labels, ncols=ncols, title=title)
     box = legend.get_window_extent(_renderer(fig))
@@ -120,14 +122,18 @@ def _add_legend(fig: Figure, handles: list[Any], labels: list[str], title: str |
     for ncols in range(len(labels), 0, -1):  # the most columns that fit the width (1 if none does)
         legend_w, legend_h = _legend_size(fig, handles, labels, ncols, title)
         if legend_w + margin <= width or ncols == 1:
-            below = ("outside lower center", ncols,
-                     (max(width, legend_w + margin), height + max(0.0, legend_h + margin - LEGEND_HEIGHT)))
+            below = (
+                "outside lower center",
+                ncols,
+                (max(width, legend_w + margin), height + max(0.0, legend_h + margin - LEGEND_HEIGHT)),
+            )
             break
     rights: list[_Placement] = []
     for ncols in range(1, min(len(labels), 4) + 1):
         legend_w, legend_h = _legend_size(fig, handles, labels, ncols, title)
-        rights.append(("outside right upper", ncols,
-                       (width + legend_w + margin, max(height - LEGEND_HEIGHT, legend_h + margin))))
+        rights.append(
+            ("outside right upper", ncols, (width + legend_w + margin, max(height - LEGEND_HEIGHT, legend_h + margin)))
+        )
 
     def area(choice: _Placement) -> float:
         return choice[2][0] * choice[2][1]
@@ -193,8 +199,15 @@ def _curve(ax: Axes, runs: pd.DataFrame, column: str, scale: float, style: Style
     (handle,) = ax.plot(epochs, mean, **style.line(), markevery=(mark % step, step), markersize=4, label="_")
     handle.set_gid(runs["method"].iloc[0])
     band = ~np.isnan(half)
-    ax.fill_between(epochs, mean - np.where(band, half, 0), mean + np.where(band, half, 0), where=band,
-                    color=style.color, alpha=0.15, linewidth=0)
+    ax.fill_between(
+        epochs,
+        mean - np.where(band, half, 0),
+        mean + np.where(band, half, 0),
+        where=band,
+        color=style.color,
+        alpha=0.15,
+        linewidth=0,
+    )
     return handle
 
 
@@ -292,7 +305,9 @@ def _axis_range(rows: Iterable[list[tuple[int, float, float]]]) -> tuple[float, 
     return max(low - pad, 0.0 if low >= 0 else low - pad), min(high + pad, 100.0 if high <= 100 else high + pad)
 
 
-def _off_axis_note(label: str, points: list[tuple[int, float, float]], low: float, high: float) -> tuple[str, str] | None:
+def _off_axis_note(
+    label: str, points: list[tuple[int, float, float]], low: float, high: float
+) -> tuple[str, str] | None:
     """``("below" | "above", text)`` naming a reference row's means that lie off the y range, or None."""
     off = [(k, mean) for k, mean, _ in points if not low <= mean <= high]
     if not off:
@@ -330,8 +345,9 @@ def plot_recall_at_k(cells: pd.DataFrame, spec: TableSpec, out_png: str | Path) 
 
     missing = [column for column in CELL_INPUT if column not in cells.columns]
     if missing:
-        raise ValueError(f"{out_png}: the Recall@K plot draws a table's cells (dmlbench.report.summarise); "
-                         f"these lack {missing}")
+        raise ValueError(
+            f"{out_png}: the Recall@K plot draws a table's cells (dmlbench.report.summarise); these lack {missing}"
+        )
     cells = cells.set_index(["dataset", "method", "metric"]).sort_index()
     styles = spec.styles()
     ncols = min(len(spec.datasets), 3)
@@ -360,9 +376,14 @@ def plot_recall_at_k(cells: pd.DataFrame, spec: TableSpec, out_png: str | Path) 
                 if trained and style.reference:  # off the trained methods' range: named in a note, not drawn
                     points = [(k, mean if low <= mean <= high else math.nan, half) for k, mean, half in points]
                 container = ax.errorbar(
-                    [k * shift for k, _, _ in points], [mean for _, mean, _ in points],
-                    yerr=[half for _, _, half in points], capsize=2, elinewidth=0.9,
-                    linewidth=1.2 if style.reference else 1.4, zorder=1.8 if style.reference else 2.0, **style.line(),
+                    [k * shift for k, _, _ in points],
+                    [mean for _, mean, _ in points],
+                    yerr=[half for _, _, half in points],
+                    capsize=2,
+                    elinewidth=0.9,
+                    linewidth=1.2 if style.reference else 1.4,
+                    zorder=1.8 if style.reference else 2.0,
+                    **style.line(),
                 )
                 container.lines[0].set_gid(method)
                 handles[method] = container
@@ -375,12 +396,19 @@ def plot_recall_at_k(cells: pd.DataFrame, spec: TableSpec, out_png: str | Path) 
             for side, entries in notes.items():
                 for j, (method, text) in enumerate(entries):
                     y = 0.03 + 0.14 * j if side == "below" else 0.97 - 0.14 * j
-                    ax.text(0.98 if side == "below" else 0.02, y, text, transform=ax.transAxes, fontsize=7.5,
-                            ha="right" if side == "below" else "left", va="bottom" if side == "below" else "top",
-                            multialignment="right" if side == "below" else "left",
-                            color=styles[method].color, gid=f"off-axis:{method}",
-                            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none",
-                                  "alpha": 0.85})
+                    ax.text(
+                        0.98 if side == "below" else 0.02,
+                        y,
+                        text,
+                        transform=ax.transAxes,
+                        fontsize=7.5,
+                        ha="right" if side == "below" else "left",
+                        va="bottom" if side == "below" else "top",
+                        multialignment="right" if side == "below" else "left",
+                        color=styles[method].color,
+                        gid=f"off-axis:{method}",
+                        bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+                    )
             ax.set_xscale("log", base=2)
             ax.set_xlim(min(ks) * 2.0 ** -(DODGE / 2 + 0.25), max(ks) * 2.0 ** (DODGE / 2 + 0.25))
             ax.xaxis.set_major_locator(FixedLocator(ks))

@@ -130,10 +130,14 @@ def interval_text(seed_counts: set[int], subject: str = "Cells") -> str:
         how = "1 seed, so over test queries only; NMI and other per-run numbers: no interval with 1 seed"
     else:
         seeds = " or ".join(str(n) for n in sorted(seed_counts))
-        how = (f"{seeds} seeds resampled, then test queries within each seed; NMI and other per-run numbers: "
-               "seeds only" + ("; cells with 1 seed: queries only" if 1 in seed_counts else ""))
-    return (f"{subject}: mean ± half-width of the {100 * CONFIDENCE:.0f} % confidence interval (percentile bootstrap, "
-            f"{BOOTSTRAP_SAMPLES} replicates, RNG seed {BOOTSTRAP_SEED}: {how}), in percent for evaluation metrics.")
+        how = (
+            f"{seeds} seeds resampled, then test queries within each seed; NMI and other per-run numbers: "
+            "seeds only" + ("; cells with 1 seed: queries only" if 1 in seed_counts else "")
+        )
+    return (
+        f"{subject}: mean ± half-width of the {100 * CONFIDENCE:.0f} % confidence interval (percentile bootstrap, "
+        f"{BOOTSTRAP_SAMPLES} replicates, RNG seed {BOOTSTRAP_SEED}: {how}), in percent for evaluation metrics."
+    )
 
 
 def method_text(seed_counts: set[int], bold_name: str = "Bold") -> str:
@@ -150,6 +154,8 @@ def method_text(seed_counts: set[int], bold_name: str = "Bold") -> str:
     for evaluation metrics. Bold: not significantly worse than the column's best mean (one-sided paired
     bootstrap test on the same resampled seeds, matched by seed index, and queries, α = 0.05).
     """
-    return (f"{interval_text(seed_counts)} "
-            f"{bold_name}: not significantly worse than the column's best mean (one-sided paired bootstrap test on the "
-            f"same resampled seeds, matched by seed index, and queries, α = {ALPHA}).")
+    return (
+        f"{interval_text(seed_counts)} "
+        f"{bold_name}: not significantly worse than the column's best mean (one-sided paired bootstrap test on the "
+        f"same resampled seeds, matched by seed index, and queries, α = {ALPHA})."
+    )

@@ -54,8 +54,12 @@ class Style:
 
     def line(self) -> dict[str, Any]:
         """Keyword arguments of ``Axes.plot`` / ``Axes.errorbar`` (reference rows' markers hollow)."""
-        return {"color": self.color, "marker": self.marker, "linestyle": self.linestyle,
-                "markerfacecolor": "white" if self.reference else self.color}
+        return {
+            "color": self.color,
+            "marker": self.marker,
+            "linestyle": self.linestyle,
+            "markerfacecolor": "white" if self.reference else self.color,
+        }
 
 
 class Styles:
@@ -77,8 +81,13 @@ class Styles:
     (False, True)
     """
 
-    def __init__(self, order: Iterable[str] = (), references: Collection[str] = (),
-                 groups: Iterable[Iterable[str]] = (), fixed: Mapping[str, Style] | None = None) -> None:
+    def __init__(
+        self,
+        order: Iterable[str] = (),
+        references: Collection[str] = (),
+        groups: Iterable[Iterable[str]] = (),
+        fixed: Mapping[str, Style] | None = None,
+    ) -> None:
         self._styles: dict[str, Style] = dict(fixed or {})
         self._references = frozenset(references) | {name for name, style in self._styles.items() if style.reference}
         neighbours: dict[str, set[str]] = {}
@@ -120,8 +129,9 @@ class Styles:
             raise KeyError(f"no style for {name!r}: not one of the {len(self._styles)} styled names") from None
 
 
-def _next_style(index: int, reference: bool, near_colors: set[str], near_markers: set[str],
-                used: set[tuple[str, str]]) -> Style:
+def _next_style(
+    index: int, reference: bool, near_colors: set[str], near_markers: set[str], used: set[tuple[str, str]]
+) -> Style:
     """The style of the ``index``-th trained (or reference) name: its own colour and marker (``index`` mod the
     palette and the markers) unless a name drawn with it has that colour (marker), then the next free one;
     never a colour-marker pair that another name has (while one is free)."""
@@ -134,8 +144,12 @@ def _next_style(index: int, reference: bool, near_colors: set[str], near_markers
         return (color, marker) in used, color in near_colors, marker in near_markers, c, m
 
     c, m = min(((c, m) for c in range(len(colors)) for m in range(len(MARKERS))), key=preference)
-    return Style(colors[(index + c) % len(colors)], MARKERS[(start + m) % len(MARKERS)],
-                 REFERENCE_LINESTYLE if reference else TRAINED_LINESTYLE, reference=reference)
+    return Style(
+        colors[(index + c) % len(colors)],
+        MARKERS[(start + m) % len(MARKERS)],
+        REFERENCE_LINESTYLE if reference else TRAINED_LINESTYLE,
+        reference=reference,
+    )
 
 
 def style_order(config: Mapping[str, Any]) -> list[str]:
@@ -149,8 +163,9 @@ def style_order(config: Mapping[str, Any]) -> list[str]:
 def style_groups(config: Mapping[str, Any]) -> list[list[str]]:
     """The methods drawn together: each table's rows and each figure's ``methods``."""
     specs = [*(config.get("tables") or {}).values(), *(config.get("figures") or {}).values()]
-    return [list(spec["methods"]) for spec in specs
-            if isinstance(spec, Mapping) and isinstance(spec.get("methods"), list)]
+    return [
+        list(spec["methods"]) for spec in specs if isinstance(spec, Mapping) and isinstance(spec.get("methods"), list)
+    ]
 
 
 def reference_methods(config: Mapping[str, Any]) -> list[str]:

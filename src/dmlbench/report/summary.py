@@ -33,8 +33,21 @@ from .spec import TableSpec
 #: for evaluation metrics); ``queries``: test queries resampled per seed (0: a per-run number, seeds only);
 #: ``p_worse``: paired bootstrap p-value against the column's best row (empty for the best and for columns
 #: without a best); empty ``mean``: no runs or the metric not reported (shown ``--``).
-CELL_COLUMNS = ["dataset", "dataset_label", "method", "method_label", "metric", "mean", "ci_low", "ci_high",
-                "seeds", "queries", "p_worse", "bold", "dead"]
+CELL_COLUMNS = [
+    "dataset",
+    "dataset_label",
+    "method",
+    "method_label",
+    "metric",
+    "mean",
+    "ci_low",
+    "ci_high",
+    "seeds",
+    "queries",
+    "p_worse",
+    "bold",
+    "dead",
+]
 MISSING = "--"
 #: After a plain-text (Markdown, console) cell whose mechanism did not engage; LaTeX: :data:`.latex.DEAD_MARK`.
 PLAIN_DEAD_MARK = " †"
@@ -63,8 +76,9 @@ def _decomposed_values(arrays: dict[str, np.ndarray], metric: str, path: Path) -
     return values
 
 
-def per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
-                    reported: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def per_query_block(
+    runs: Sequence[RunDir], metrics: Sequence[str], reported: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray]:
     """(S, Q, M) per-query values of ``metrics`` in the runs (seed order) and the (Q,) query rows.
 
     Raises:
@@ -78,8 +92,10 @@ def per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
         if rows is None:
             rows = arrays["row"]
         elif not np.array_equal(arrays["row"], rows):
-            raise ReportInputError(f"{path}: other test queries than {runs[0].path / PER_QUERY_FILE}; "
-                                   "the seeds of one cell must be evaluated on the same test set")
+            raise ReportInputError(
+                f"{path}: other test queries than {runs[0].path / PER_QUERY_FILE}; "
+                "the seeds of one cell must be evaluated on the same test set"
+            )
         block = np.stack([_decomposed_values(arrays, metric, path) for metric in metrics], axis=1)  # (Q, M)
         stored = reported.loc[run.seed, list(metrics)].to_numpy(dtype=float)
         off = np.flatnonzero(np.abs(block.mean(axis=0) - stored) > AGREEMENT_TOLERANCE)
@@ -88,15 +104,17 @@ def per_query_block(runs: Sequence[RunDir], metrics: Sequence[str],
             raise ReportInputError(
                 f"{path}: the per-query values give {metric} = {block[:, off[0]].mean():.6f} but "
                 f"{run.path / METRICS_FILE} says {stored[off[0]]:.6f}: the two files come from different "
-                f"evaluations; rerun `dmlbench evaluate` on {run.path / 'embeddings.npz'}")
+                f"evaluations; rerun `dmlbench evaluate` on {run.path / 'embeddings.npz'}"
+            )
         blocks.append(block)
     if rows is None:
         raise ValueError("per_query_block needs at least one run")
     return np.stack(blocks), rows
 
 
-def _estimates(values: np.ndarray, metrics: Sequence[str], rows: np.ndarray | None,
-               samples: int) -> dict[str, _Estimate]:
+def _estimates(
+    values: np.ndarray, metrics: Sequence[str], rows: np.ndarray | None, samples: int
+) -> dict[str, _Estimate]:
     """Bootstrap estimates of the M metrics of ``values`` (S, Q, M); ``rows``: the Q query rows (None: per-run)."""
     if not metrics:
         return {}
@@ -105,15 +123,22 @@ def _estimates(values: np.ndarray, metrics: Sequence[str], rows: np.ndarray | No
     num_seeds, num_queries, _ = values.shape
     no_interval = num_seeds == 1 and num_queries == 1
     return {
-        metric: _Estimate(replicates[:, j], float(values[:, :, j].mean()),
-                          math.nan if no_interval else float(low[j]), math.nan if no_interval else float(high[j]),
-                          num_seeds, 0 if rows is None else num_queries, rows)
+        metric: _Estimate(
+            replicates[:, j],
+            float(values[:, :, j].mean()),
+            math.nan if no_interval else float(low[j]),
+            math.nan if no_interval else float(high[j]),
+            num_seeds,
+            0 if rows is None else num_queries,
+            rows,
+        )
         for j, metric in enumerate(metrics)
     }
 
 
-def _cell_estimates(results: pd.DataFrame, runs: Sequence[RunDir], metrics: Sequence[str],
-                    samples: int) -> dict[str, _Estimate]:
+def _cell_estimates(
+    results: pd.DataFrame, runs: Sequence[RunDir], metrics: Sequence[str], samples: int
+) -> dict[str, _Estimate]:
     """Estimates of the metrics that every run of one (dataset, method) reports (runs in seed order)."""
     if not runs:
         return {}
@@ -138,17 +163,30 @@ def _p_values(column: Mapping[str, _Estimate], bold_best: bool, where: str) -> d
         if method == best:
             continue
         reference = column[best]
-        if estimate.seeds != reference.seeds or (estimate.rows is None) != (reference.rows is None) or (
-                estimate.rows is not None and reference.rows is not None
-                and not np.array_equal(estimate.rows, reference.rows)):
-            raise ReportInputError(f"{where}: cannot pair {method} with the best row {best}: other seeds or test "
-                                   f"queries ({estimate.seeds} vs {reference.seeds} seeds)")
+        if (
+            estimate.seeds != reference.seeds
+            or (estimate.rows is None) != (reference.rows is None)
+            or (
+                estimate.rows is not None
+                and reference.rows is not None
+                and not np.array_equal(estimate.rows, reference.rows)
+            )
+        ):
+            raise ReportInputError(
+                f"{where}: cannot pair {method} with the best row {best}: other seeds or test "
+                f"queries ({estimate.seeds} vs {reference.seeds} seeds)"
+            )
         p_values[method] = worse_p_value(reference.replicates, estimate.replicates)
     return p_values
 
 
-def summarise(results: pd.DataFrame, runs: Sequence[RunDir], spec: TableSpec,
-              dead: Collection[tuple[str, str]] = (), samples: int = BOOTSTRAP_SAMPLES) -> pd.DataFrame:
+def summarise(
+    results: pd.DataFrame,
+    runs: Sequence[RunDir],
+    spec: TableSpec,
+    dead: Collection[tuple[str, str]] = (),
+    samples: int = BOOTSTRAP_SAMPLES,
+) -> pd.DataFrame:
     """The table's cells with bootstrap intervals and the bold rule (:mod:`.significance`).
 
     A cell is bold when its column is a higher-is-better evaluation metric and it is the best mean or
@@ -180,10 +218,23 @@ def summarise(results: pd.DataFrame, runs: Sequence[RunDir], spec: TableSpec,
             for method in spec.methods:
                 estimate = column.get(method)
                 p_value = p_values.get(method, math.nan)
-                rows.append([dataset, spec.dataset_label(dataset), method, spec.method_label(method), metric,
-                             *((estimate.mean, estimate.low, estimate.high, estimate.seeds, estimate.queries)
-                               if estimate else (math.nan, math.nan, math.nan, 0, 0)),
-                             p_value, method in p_values and not p_value < ALPHA, (dataset, method) in dead])
+                rows.append(
+                    [
+                        dataset,
+                        spec.dataset_label(dataset),
+                        method,
+                        spec.method_label(method),
+                        metric,
+                        *(
+                            (estimate.mean, estimate.low, estimate.high, estimate.seeds, estimate.queries)
+                            if estimate
+                            else (math.nan, math.nan, math.nan, 0, 0)
+                        ),
+                        p_value,
+                        method in p_values and not p_value < ALPHA,
+                        (dataset, method) in dead,
+                    ]
+                )
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
@@ -192,8 +243,9 @@ def cell_text(cell: pd.Series, plus_minus: str = "±") -> str:
     an interval)."""
     if pd.isna(cell["mean"]):
         return MISSING
-    return metric_format(cell["metric"]).estimate(float(cell["mean"]), float(cell["ci_low"]), float(cell["ci_high"]),
-                                                  plus_minus)
+    return metric_format(cell["metric"]).estimate(
+        float(cell["mean"]), float(cell["ci_low"]), float(cell["ci_high"]), plus_minus
+    )
 
 
 @dataclass(frozen=True)
@@ -209,16 +261,23 @@ class Layout:
     def of(cls, cells: pd.DataFrame) -> Layout:
         """Columns (dataset, metric) and method rows in order of first appearance."""
         records = {(row["dataset"], row["method"], row["metric"]): row for _, row in cells.iterrows()}
-        return cls(columns=list(dict.fromkeys((d, m) for d, _, m in records)),
-                   methods=list(dict.fromkeys(m for _, m, _ in records)), cells=records,
-                   labels={**dict(zip(cells["dataset"], cells["dataset_label"])),
-                           **dict(zip(cells["method"], cells["method_label"]))})
+        return cls(
+            columns=list(dict.fromkeys((d, m) for d, _, m in records)),
+            methods=list(dict.fromkeys(m for _, m, _ in records)),
+            cells=records,
+            labels={
+                **dict(zip(cells["dataset"], cells["dataset_label"])),
+                **dict(zip(cells["method"], cells["method_label"])),
+            },
+        )
 
     def headers(self) -> list[str]:
         """Column headers: the metric's header, after the dataset's label when there are several datasets."""
         several = len({dataset for dataset, _ in self.columns}) > 1
-        return [f"{self.labels[d]} {metric_format(m).header}" if several else metric_format(m).header
-                for d, m in self.columns]
+        return [
+            f"{self.labels[d]} {metric_format(m).header}" if several else metric_format(m).header
+            for d, m in self.columns
+        ]
 
     def row(self, method: str) -> list[pd.Series]:
         """The cells of a method, in column order."""
@@ -247,8 +306,9 @@ def render_text(cells: pd.DataFrame) -> str:
     """The table as aligned plain text for a console: ``*`` marks bold cells, ``†`` a dead mechanism."""
     layout = Layout.of(cells)
     header = ["Method", *layout.headers()]
-    body = [[layout.labels[m], *(styled_text(c, ("", "*"), PLAIN_DEAD_MARK) for c in layout.row(m))]
-            for m in layout.methods]
+    body = [
+        [layout.labels[m], *(styled_text(c, ("", "*"), PLAIN_DEAD_MARK) for c in layout.row(m))] for m in layout.methods
+    ]
     widths = [max(len(line[j]) for line in [header, *body]) for j in range(len(header))]
 
     def line(cells_: Sequence[str]) -> str:
@@ -263,8 +323,10 @@ def render_text(cells: pd.DataFrame) -> str:
 def render_markdown(cells: pd.DataFrame, caption: str) -> str:
     """The table as Markdown (bold cells in ``**``), followed by ``caption`` (plain text)."""
     layout = Layout.of(cells)
-    body = [[layout.labels[m], *(styled_text(c, ("**", "**"), PLAIN_DEAD_MARK) for c in layout.row(m))]
-            for m in layout.methods]
+    body = [
+        [layout.labels[m], *(styled_text(c, ("**", "**"), PLAIN_DEAD_MARK) for c in layout.row(m))]
+        for m in layout.methods
+    ]
     return markdown_table(["Method", *layout.headers()], body, caption)
 
 
@@ -281,8 +343,10 @@ def read_cells_csv(path: str | Path) -> pd.DataFrame:
     """
     path = Path(path)
     if not path.is_file():
-        raise ReportInputError(f"{path}: table CSV not found; build it with `dmlbench report {path.stem}` "
-                               f"(or `snakemake results/tables/{path.stem}.tex`)")
+        raise ReportInputError(
+            f"{path}: table CSV not found; build it with `dmlbench report {path.stem}` "
+            f"(or `snakemake results/tables/{path.stem}.tex`)"
+        )
     try:
         cells = pd.read_csv(path, dtype={"dataset": str, "method": str, "metric": str})
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:

@@ -49,8 +49,11 @@ class ManifestMismatchError(CheckpointError):
     """A checkpoint is used with another dataset's manifest than the one it was trained on."""
 
 
-def load_checkpoint(path: str | os.PathLike[str], remedy: str = "re-create it with `dmlbench train`",
-                    required: tuple[str, ...] = RUN_CHECKPOINT_KEYS) -> dict[str, Any]:
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    remedy: str = "re-create it with `dmlbench train`",
+    required: tuple[str, ...] = RUN_CHECKPOINT_KEYS,
+) -> dict[str, Any]:
     """Load a checkpoint written by this project, tensors and plain Python types only.
 
     Args:
@@ -64,12 +67,15 @@ def load_checkpoint(path: str | os.PathLike[str], remedy: str = "re-create it wi
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt or foreign files
         raise CheckpointError(
-            f"{path}: not a readable dmlbench checkpoint ({type(err).__name__}: {err}); {remedy}") from err
+            f"{path}: not a readable dmlbench checkpoint ({type(err).__name__}: {err}); {remedy}"
+        ) from err
     missing = list(required) if not isinstance(checkpoint, dict) else [k for k in required if k not in checkpoint]
     if missing:
         found = sorted(checkpoint) if isinstance(checkpoint, dict) else type(checkpoint).__name__
-        raise CheckpointError(f"{path}: not a dmlbench checkpoint: no {', '.join(repr(k) for k in missing)} "
-                              f"entry (found {found}); {remedy}")
+        raise CheckpointError(
+            f"{path}: not a dmlbench checkpoint: no {', '.join(repr(k) for k in missing)} "
+            f"entry (found {found}); {remedy}"
+        )
     return checkpoint
 
 
@@ -83,8 +89,13 @@ def manifest_entries(manifest: str | os.PathLike[str]) -> dict[str, str]:
     return {MANIFEST_KEY: str(manifest), MANIFEST_DIGEST_KEY: sha256_of(Path(manifest))}
 
 
-def check_manifest(checkpoint: Mapping[str, Any], path: str | os.PathLike[str], manifest: str | os.PathLike[str],
-                   retry: str, restart: str) -> None:
+def check_manifest(
+    checkpoint: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    manifest: str | os.PathLike[str],
+    retry: str,
+    restart: str,
+) -> None:
     """Refuse to use ``checkpoint`` (read from ``path``) with data from ``manifest`` unless the checkpoint
     was trained on a manifest with the same bytes.
 
@@ -107,4 +118,5 @@ def check_manifest(checkpoint: Mapping[str, Any], path: str | os.PathLike[str], 
         raise ManifestMismatchError(
             f"{path} was trained on {trained_on} (sha256 {recorded[:SHOWN_DIGEST_CHARS]}…), but {manifest} holds "
             f"other data (sha256 {actual[:SHOWN_DIGEST_CHARS]}…): {retry} with --manifest {trained_on}, "
-            f"or {restart}")
+            f"or {restart}"
+        )

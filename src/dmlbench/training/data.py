@@ -100,22 +100,31 @@ def load_run_data(run: Mapping[str, Any], manifest_path: str | Path) -> RunData:
     return build_run_data(train_rows, val_rows, test_rows, settings, frame["path"].tolist())
 
 
-def build_run_data(train_rows: pd.DataFrame, val_rows: pd.DataFrame, test_rows: pd.DataFrame,
-                   settings: TrainingSettings, store_paths: list[str]) -> RunData:
+def build_run_data(
+    train_rows: pd.DataFrame,
+    val_rows: pd.DataFrame,
+    test_rows: pd.DataFrame,
+    settings: TrainingSettings,
+    store_paths: list[str],
+) -> RunData:
     """The datasets of a run from its rows (manifest rows with absolute ``path``; ``val_rows`` may be empty),
     for ``training.pipeline``. Only the rows' images are read, and with ``decoded_uint8`` those of
     ``store_paths``, the files of its image store (a superset of the rows' paths; a store is keyed by its
     list of files)."""
     train_labels, classes = contiguous_labels(train_rows["label"].to_numpy())
     image = settings.image
-    store = (open_store(store_paths, image.resize, workers=settings.num_workers)
-             if settings.pipeline == "decoded_uint8" else None)
+    store = (
+        open_store(store_paths, image.resize, workers=settings.num_workers)
+        if settings.pipeline == "decoded_uint8"
+        else None
+    )
 
     def dataset(rows: pd.DataFrame, labels: np.ndarray, train: bool, read_every_epoch: bool = True) -> ImageSet:
         if store is not None:
             return StoredImageDataset(store, rows["path"].tolist(), labels, image, train)
         transform = training_transform(image) if train else eval_transform(image.resize, image.test_crop)
         return ImageDataset(rows["path"].tolist(), labels, transform, settings.cache_images and read_every_epoch)
+
     return RunData(
         train=dataset(train_rows, train_labels, train=True),
         num_classes=len(classes),

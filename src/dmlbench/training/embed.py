@@ -24,15 +24,18 @@ def reuse_differences(trained: Mapping[str, Any], run: Mapping[str, Any]) -> lis
     """Keys where ``run`` would train differently from the run a checkpoint was trained as (both
     :func:`~dmlbench.config.resolve_run` dicts): its dataset, seed, method section or training settings,
     apart from names and the recipe's test-time options (:func:`~dmlbench.methods.checkpoint_reuse.training_differences`)."""
+
     def trained_as(r: Mapping[str, Any]) -> dict[str, Any]:
         return {**r["method_config"], "training": r["training"]}
 
     return [key for key in ("dataset", "seed") if trained[key] != run[key]] + training_differences(
-        trained_as(trained), trained_as(run))
+        trained_as(trained), trained_as(run)
+    )
 
 
-def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: str | Path,
-              run: Mapping[str, Any] | None = None) -> Path:
+def embed_run(
+    checkpoint_path: str | Path, manifest_path: str | Path, out_path: str | Path, run: Mapping[str, Any] | None = None
+) -> Path:
     """Embed the test images (or query + gallery) of a trained run with its recipe's test-time embedding.
 
     ``run`` (default: the run stored in the checkpoint) is the resolved run whose test-time options
@@ -57,19 +60,24 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
     run = trained if run is None else run
     differences = reuse_differences(trained, run)
     if differences:
-        raise ConfigError(f"{checkpoint_path} was trained as {trained['method']}; {run['method']} differs from it in "
-                          f"{differences}, which change the training, so it cannot re-embed this checkpoint: "
-                          f"train {run['method']} itself")
+        raise ConfigError(
+            f"{checkpoint_path} was trained as {trained['method']}; {run['method']} differs from it in "
+            f"{differences}, which change the training, so it cannot re-embed this checkpoint: "
+            f"train {run['method']} itself"
+        )
     recipe = build_recipe(run)
     model = recipe.build_model()
     try:
         model.load_state_dict(checkpoint["model"])
     except RuntimeError as err:
-        raise CheckpointError(f"{checkpoint_path}: its weights do not fit {run['method']}'s model (the code or the "
-                              f"configuration changed since it was trained?): {str(err)[:500]}. Train the run "
-                              f"again to re-create it") from err
-    check_manifest(checkpoint, checkpoint_path, manifest_path, retry="embed it",
-                   restart=f"train the run again on {manifest_path}")
+        raise CheckpointError(
+            f"{checkpoint_path}: its weights do not fit {run['method']}'s model (the code or the "
+            f"configuration changed since it was trained?): {str(err)[:500]}. Train the run "
+            f"again to re-create it"
+        ) from err
+    check_manifest(
+        checkpoint, checkpoint_path, manifest_path, retry="embed it", restart=f"train the run again on {manifest_path}"
+    )
     data = load_run_data(run, manifest_path)
     settings = recipe.settings
     with claim_device(settings.device) as name:  # its own GPU slot when several GPUs are shared
@@ -87,12 +95,15 @@ def embed_run(checkpoint_path: str | Path, manifest_path: str | Path, out_path: 
         arrays["view_names"] = np.asarray(list(views), dtype=str)
         arrays["view_slices"] = np.asarray(list(views.values()), dtype=np.int64)
     trained_on = checkpoint.get("device", "cpu")
-    stats = {"num_parameters": float(count_parameters(model)),
-             "gflops": forward_gflops(model, settings.image.test_crop),
-             "deterministic": float(ran_deterministically(settings.deterministic, trained_on)
-                                    and not checkpoint.get("nondeterministic_ops")),
-             "training_gpu": float(gpu_index(trained_on)),
-             **checkpoint.get("summary", {})}
+    stats = {
+        "num_parameters": float(count_parameters(model)),
+        "gflops": forward_gflops(model, settings.image.test_crop),
+        "deterministic": float(
+            ran_deterministically(settings.deterministic, trained_on) and not checkpoint.get("nondeterministic_ops")
+        ),
+        "training_gpu": float(gpu_index(trained_on)),
+        **checkpoint.get("summary", {}),
+    }
     arrays["stat_names"] = np.asarray(list(stats), dtype=str)
     arrays["stat_values"] = np.asarray(list(stats.values()), dtype=np.float64)
     out_path = Path(out_path)

@@ -73,14 +73,22 @@ def parameter_groups(settings: OptimizerSettings, model: nn.Module, loss: nn.Mod
     copies = backbone_copies() if backbone_copies is not None else []
     backbone = [p for module in (model.backbone, *copies) for p in module.parameters()]
     backbone_ids = {id(p) for p in backbone}
-    head = {"name": "head", "lr": lr * settings.head_lr_multiplier,
-            "params": [p for p in model.parameters() if id(p) not in backbone_ids and p.requires_grad]}
-    loss_group = {"name": "loss", "lr": lr * settings.loss_lr_multiplier,
-                  "params": [p for p in loss.parameters() if p.requires_grad]}
+    head = {
+        "name": "head",
+        "lr": lr * settings.head_lr_multiplier,
+        "params": [p for p in model.parameters() if id(p) not in backbone_ids and p.requires_grad],
+    }
+    loss_group = {
+        "name": "loss",
+        "lr": lr * settings.loss_lr_multiplier,
+        "params": [p for p in loss.parameters() if p.requires_grad],
+    }
     groups = [
         {"name": "backbone", "params": [p for p in backbone if p.requires_grad], "lr": lr},
-        head, *multiplier_groups(model, head),
-        loss_group, *multiplier_groups(loss, loss_group),
+        head,
+        *multiplier_groups(model, head),
+        loss_group,
+        *multiplier_groups(loss, loss_group),
     ]
     return [g for g in groups if g["params"]]
 
@@ -134,8 +142,9 @@ def build_optimizer(settings: OptimizerSettings, model: nn.Module, loss: nn.Modu
     return OPTIMIZERS[name](groups, **kwargs)
 
 
-def build_scheduler(settings: ScheduleSettings, optimizer: torch.optim.Optimizer,
-                    epochs: int) -> torch.optim.lr_scheduler.LRScheduler:
+def build_scheduler(
+    settings: ScheduleSettings, optimizer: torch.optim.Optimizer, epochs: int
+) -> torch.optim.lr_scheduler.LRScheduler:
     """``training.schedule``, stepped once per epoch: ``constant``; ``step`` (``milestones`` in
     epochs, ``gamma``); ``cosine`` (to ``min_lr_fraction`` × lr over ``epochs``)."""
     name = settings.name
@@ -143,8 +152,10 @@ def build_scheduler(settings: ScheduleSettings, optimizer: torch.optim.Optimizer
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     if name == "step":
         if not settings.milestones:
-            raise ValueError("training.schedule.name = 'step' needs training.schedule.milestones, the epochs after "
-                             "which the lr is multiplied by gamma")
+            raise ValueError(
+                "training.schedule.name = 'step' needs training.schedule.milestones, the epochs after "
+                "which the lr is multiplied by gamma"
+            )
         return torch.optim.lr_scheduler.MultiStepLR(optimizer, list(settings.milestones), gamma=settings.gamma)
     if name == "cosine":
         floor = settings.min_lr_fraction

@@ -44,12 +44,16 @@ def pretraining_run(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
     section = config.get("pretraining", {}).get(dataset)
     if section is None:
         known = sorted(config.get("pretraining", {}))
-        raise ConfigError(f"params: pretraining.{dataset} is not set (pretraining stages: {known}); add "
-                          f"`pretraining: {{{dataset}: {{method: ..., seed: 0}}}}`")
+        raise ConfigError(
+            f"params: pretraining.{dataset} is not set (pretraining stages: {known}); add "
+            f"`pretraining: {{{dataset}: {{method: ..., seed: 0}}}}`"
+        )
     run = resolve_run(config, dataset, section["method"], int(section["seed"]))
     if training_settings(run).backbone.pretrained:
-        raise ConfigError(f"params: methods.{section['method']} (pretraining.{dataset}.method) must train its "
-                          f"backbone from scratch: set training.backbone.pretrained: null in that entry")
+        raise ConfigError(
+            f"params: methods.{section['method']} (pretraining.{dataset}.method) must train its "
+            f"backbone from scratch: set training.backbone.pretrained: null in that entry"
+        )
     return run
 
 
@@ -59,14 +63,20 @@ def backbone_state(model_state: Mapping[str, torch.Tensor]) -> dict[str, torch.T
     >>> sorted(backbone_state({"backbone.body.stem.0.weight": torch.zeros(1), "head.linear.bias": torch.zeros(1)}))
     ['stem.0.weight']
     """
-    state = {k[len(BODY_PREFIX):]: v for k, v in model_state.items() if k.startswith(BODY_PREFIX)}
+    state = {k[len(BODY_PREFIX) :]: v for k, v in model_state.items() if k.startswith(BODY_PREFIX)}
     if not state:
         raise ValueError(f"the model has no parameters under {BODY_PREFIX!r}: not a backbone + head model")
     return state
 
 
-def pretrain_backbone(config: Mapping[str, Any], dataset: str, prepared_dir: str | Path, out_root: Path | None = None,
-                      scratch_dir: str | Path | None = None, progress: bool = False) -> Path:
+def pretrain_backbone(
+    config: Mapping[str, Any],
+    dataset: str,
+    prepared_dir: str | Path,
+    out_root: Path | None = None,
+    scratch_dir: str | Path | None = None,
+    progress: bool = False,
+) -> Path:
     """Train ``pretraining.<dataset>``'s run and export its backbone; returns the weights file.
 
     Args:
@@ -81,8 +91,10 @@ def pretrain_backbone(config: Mapping[str, Any], dataset: str, prepared_dir: str
     run = pretraining_run(config, dataset)
     manifest = Path(prepared_dir) / PRETRAIN_MANIFEST_FILE
     if not manifest.is_file():
-        raise ConfigError(f"{manifest}: not found; the pretraining stage needs the dataset's pretraining classes: "
-                          f"set datasets.{dataset}.pretrain_classes (e.g. 100) and prepare it again")
+        raise ConfigError(
+            f"{manifest}: not found; the pretraining stage needs the dataset's pretraining classes: "
+            f"set datasets.{dataset}.pretrain_classes (e.g. 100) and prepare it again"
+        )
     weights = pretrained_path(dataset, training_settings(run).backbone.name)
     if out_root is not None:
         weights = Path(out_root) / weights.name

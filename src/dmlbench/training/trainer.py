@@ -157,7 +157,8 @@ class NonFiniteWeightsError(DmlbenchError, RuntimeError):
 def non_finite_tensors(*modules: nn.Module) -> list[str]:
     """Names of the parameters and buffers of ``modules`` that hold a NaN or an infinity."""
     return [
-        name for module in modules
+        name
+        for module in modules
         for name, tensor in (*module.named_parameters(), *module.named_buffers())
         if tensor.is_floating_point() and not torch.isfinite(tensor).all()
     ]
@@ -201,13 +202,16 @@ def resolve_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as err:
-        raise ConfigError(f"training.device = {name!r} is not a device name; use auto, cpu, cuda, cuda:N or mps"
-                          ) from err
+        raise ConfigError(
+            f"training.device = {name!r} is not a device name; use auto, cpu, cuda, cuda:N or mps"
+        ) from err
     available = {"cpu": 1, "cuda": torch.cuda.device_count(), "mps": int(torch.backends.mps.is_available())}
     count = available.get(device.type, 0)
     if (device.index or 0) >= count:
-        raise ConfigError(f"training.device = {name!r}, but this machine has {count} {device.type} device(s); "
-                          f"set training.device: auto (CUDA when present, else CPU) or cpu")
+        raise ConfigError(
+            f"training.device = {name!r}, but this machine has {count} {device.type} device(s); "
+            f"set training.device: auto (CUDA when present, else CPU) or cpu"
+        )
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # "cuda" alone (e.g. MPN's kNN, torch's evaluation search) means this GPU too
     return device
@@ -239,8 +243,15 @@ def _write_log(rows: list[dict[str, float]], path: Path) -> None:
     write_text_atomic(path, pd.DataFrame(rows, columns=columns).to_csv(index=False, lineterminator="\n"))
 
 
-def recall_at_1(recipe: Recipe, model: nn.Module, dataset, split: np.ndarray | None, batch_size: int,
-                device: torch.device, num_workers: int = 0) -> float:
+def recall_at_1(
+    recipe: Recipe,
+    model: nn.Module,
+    dataset,
+    split: np.ndarray | None,
+    batch_size: int,
+    device: torch.device,
+    num_workers: int = 0,
+) -> float:
     """R@1 of the recipe's test-time embedding of ``dataset`` (query/gallery when ``split`` has them)."""
     embeddings = recipe.embed(model, dataset, batch_size, device, num_workers)
     query_gallery = split if split is not None and "query" in set(split) else None
@@ -263,8 +274,16 @@ class Trainer:
             memory): nothing is recorded or checked.
     """
 
-    def __init__(self, run: Mapping[str, Any], data: RunData, out_dir: Path, scratch_dir: Path,
-                 device: torch.device, progress: bool = True, manifest: Path | None = None):
+    def __init__(
+        self,
+        run: Mapping[str, Any],
+        data: RunData,
+        out_dir: Path,
+        scratch_dir: Path,
+        device: torch.device,
+        progress: bool = True,
+        manifest: Path | None = None,
+    ):
         self.run = dict(run)
         self.recipe: Recipe = build_recipe(self.run)
         self.settings: TrainingSettings = self.recipe.settings
@@ -295,8 +314,9 @@ class Trainer:
         self.best_epoch = 0
         self.best_state: dict[str, torch.Tensor] = {}
         self.start_epoch = 1
-        self.context = TrainContext(data=data, device=device, eval_batch_size=settings.eval_batch_size,
-                                    num_workers=settings.num_workers)
+        self.context = TrainContext(
+            data=data, device=device, eval_batch_size=settings.eval_batch_size, num_workers=settings.num_workers
+        )
         self._loader: DataLoader | None = None
         self._batches: EpochBatches | None = None
 
@@ -311,12 +331,21 @@ class Trainer:
     # --- resume ---------------------------------------------------------------------------
     def _scratch_state(self, epoch: int) -> dict[str, Any]:
         return {
-            "digest": self.digest, "epoch": epoch, "model": self.model.state_dict(),
-            "loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-            "log": self.log, "best_score": self.best_score, "best_epoch": self.best_epoch,
-            "best_state": self.best_state, "recipe": self.recipe.state_dict(),
-            "warnings": self.kernel_warnings.seen, "init_parity": self.init_parity, **self.manifest_entries,
+            "digest": self.digest,
+            "epoch": epoch,
+            "model": self.model.state_dict(),
+            "loss": self.loss.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "log": self.log,
+            "best_score": self.best_score,
+            "best_epoch": self.best_epoch,
+            "best_state": self.best_state,
+            "recipe": self.recipe.state_dict(),
+            "warnings": self.kernel_warnings.seen,
+            "init_parity": self.init_parity,
+            **self.manifest_entries,
         }
 
     def try_resume(self) -> bool:
@@ -327,15 +356,23 @@ class Trainer:
         """
         if not self.scratch.is_file():
             return False
-        state = load_checkpoint(self.scratch, remedy="it is this run's resume checkpoint (a write cut short?): "
-                                                      "delete it to train the run from its first epoch",
-                                required=RESUME_CHECKPOINT_KEYS)
+        state = load_checkpoint(
+            self.scratch,
+            remedy="it is this run's resume checkpoint (a write cut short?): "
+            "delete it to train the run from its first epoch",
+            required=RESUME_CHECKPOINT_KEYS,
+        )
         if state.get("digest") != self.digest:
             tqdm.write(f"[dmlbench] {self.scratch}: left by a different configuration; starting afresh")
             return False
         if self.manifest is not None:
-            check_manifest(state, self.scratch, self.manifest, retry="resume",
-                           restart=f"delete {self.scratch} to train from epoch 1 on {self.manifest}")
+            check_manifest(
+                state,
+                self.scratch,
+                self.manifest,
+                retry="resume",
+                restart=f"delete {self.scratch} to train from epoch 1 on {self.manifest}",
+            )
         self.model.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -363,8 +400,13 @@ class Trainer:
         augment = torch.Generator().manual_seed(derive_seed(seed, "device_augment"))
         self.model.train()
         losses = LossTally(self.device)
-        bar = tqdm(loader, desc=f"epoch {epoch}/{self.settings.epochs}", disable=not self.progress,
-                   leave=False, dynamic_ncols=True)
+        bar = tqdm(
+            loader,
+            desc=f"epoch {epoch}/{self.settings.epochs}",
+            disable=not self.progress,
+            leave=False,
+            dynamic_ncols=True,
+        )
         started = time.perf_counter()
         waits = WaitClock(bar)
         for images, labels, indices in waits:
@@ -378,7 +420,9 @@ class Trainer:
             self.scaler.update()
             losses.add(loss, len(labels))
             if self.progress:  # reading the running mean waits for the GPU: only for a watched bar
-                bar.set_postfix(loss=f"{losses.mean():.4f}", img_s=f"{losses.seen / (time.perf_counter() - started):.0f}")
+                bar.set_postfix(
+                    loss=f"{losses.mean():.4f}", img_s=f"{losses.seen / (time.perf_counter() - started):.0f}"
+                )
         mean_loss = losses.mean()  # the epoch's one wait for the GPU's queued steps
         step_seconds = time.perf_counter() - started
         first_bad = losses.first_non_finite()
@@ -405,14 +449,25 @@ class Trainer:
         if workers > 0 and not getattr(train, "random_in_workers", True):
             if self._loader is None or self._batches is None:  # made together, once
                 self._batches = EpochBatches()
-                self._loader = DataLoader(train, batch_sampler=self._batches, num_workers=workers,
-                                          persistent_workers=True, collate_fn=train.collate_fn,
-                                          pin_memory=self.device.type == "cuda")
+                self._loader = DataLoader(
+                    train,
+                    batch_sampler=self._batches,
+                    num_workers=workers,
+                    persistent_workers=True,
+                    collate_fn=train.collate_fn,
+                    pin_memory=self.device.type == "cuda",
+                )
             self._batches.current = sampler
             return self._loader
-        return DataLoader(train, batch_sampler=sampler, num_workers=workers,
-                          generator=torch.Generator().manual_seed(worker_seed), persistent_workers=False,
-                          collate_fn=train.collate_fn, pin_memory=self.device.type == "cuda")
+        return DataLoader(
+            train,
+            batch_sampler=sampler,
+            num_workers=workers,
+            generator=torch.Generator().manual_seed(worker_seed),
+            persistent_workers=False,
+            collate_fn=train.collate_fn,
+            pin_memory=self.device.type == "cuda",
+        )
 
     def _check_finite(self, epoch: int) -> None:
         """Stop before anything of a diverged epoch is saved: a finite loss (an L2-normalised one stays
@@ -453,8 +508,7 @@ class Trainer:
         batch, workers = self.settings.eval_batch_size, self.settings.num_workers
         method_r1 = recall_at_1(self.recipe, self.model, val, None, batch, self.device, workers)
         seed_everything(derive_seed(self.run["seed"], "init"))  # the run's own backbone, also when not pretrained
-        backbone = place_model(build_backbone(self.settings.backbone.section), self.settings.channels_last,
-                               self.device)
+        backbone = place_model(build_backbone(self.settings.backbone.section), self.settings.channels_last, self.device)
         pooled = torch.from_numpy(compute_embeddings(backbone, val, batch, self.device, workers))
         draws = []
         for draw in range(INIT_PARITY_HEAD_DRAWS):
@@ -464,11 +518,17 @@ class Trainer:
                 embedded = head(pooled).numpy()
             draws.append(recall_at_k(embedded, val.labels, [1])[1])
         reference_r1 = float(np.mean(draws))
-        tqdm.write(f"[dmlbench] at init: val R@1 {method_r1:.4f}; the same backbone with a linear head "
-                   f"{reference_r1:.4f} (mean of {INIT_PARITY_HEAD_DRAWS} draws, {min(draws):.4f}–{max(draws):.4f})")
-        return {INIT_VAL_R1_KEY: method_r1, INIT_LINEAR_HEAD_VAL_R1_KEY: reference_r1,
-                INIT_LINEAR_HEAD_LOWEST_KEY: min(draws), INIT_GAP_KEY: reference_r1 - method_r1,
-                INIT_SHORTFALL_KEY: min(draws) - method_r1}
+        tqdm.write(
+            f"[dmlbench] at init: val R@1 {method_r1:.4f}; the same backbone with a linear head "
+            f"{reference_r1:.4f} (mean of {INIT_PARITY_HEAD_DRAWS} draws, {min(draws):.4f}–{max(draws):.4f})"
+        )
+        return {
+            INIT_VAL_R1_KEY: method_r1,
+            INIT_LINEAR_HEAD_VAL_R1_KEY: reference_r1,
+            INIT_LINEAR_HEAD_LOWEST_KEY: min(draws),
+            INIT_GAP_KEY: reference_r1 - method_r1,
+            INIT_SHORTFALL_KEY: min(draws) - method_r1,
+        }
 
     def fit(self, on_epoch_end: Callable[[int], None] | None = None) -> TrainResult:
         """Train the remaining epochs, then write ``checkpoint.pt`` and ``log.csv`` and clear the scratch file.
@@ -490,14 +550,28 @@ class Trainer:
                 seconds = time.perf_counter() - started
                 self._check_finite(epoch)
                 workers = self.settings.num_workers
-                val_r1 = (recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
-                          if self.data.val else math.nan)
-                test_r1 = (recall_at_1(self.recipe, self.model, self.data.test, self.data.test_split, batch,
-                                       self.device, workers)
-                           if self.selection == "test" or self.settings.log_test_recall else math.nan)
-            row = {"epoch": epoch, "loss": stats.mean_loss, "val_R@1": val_r1, "test_R@1": test_r1, "lr": lr,
-                   "seconds": seconds, "images_per_s": stats.images / seconds,
-                   "loader_wait_share": stats.loader_wait_seconds / seconds}
+                val_r1 = (
+                    recall_at_1(self.recipe, self.model, self.data.val, None, batch, self.device, workers)
+                    if self.data.val
+                    else math.nan
+                )
+                test_r1 = (
+                    recall_at_1(
+                        self.recipe, self.model, self.data.test, self.data.test_split, batch, self.device, workers
+                    )
+                    if self.selection == "test" or self.settings.log_test_recall
+                    else math.nan
+                )
+            row = {
+                "epoch": epoch,
+                "loss": stats.mean_loss,
+                "val_R@1": val_r1,
+                "test_R@1": test_r1,
+                "lr": lr,
+                "seconds": seconds,
+                "images_per_s": stats.images / seconds,
+                "loader_wait_share": stats.loader_wait_seconds / seconds,
+            }
             if self.settings.log_train_recall:
                 row["train_R@1"] = self._train_recall1(batch)
             self.log.append({**row, **self.recipe.epoch_log()})
@@ -505,9 +579,11 @@ class Trainer:
             if score > self.best_score:
                 self.best_score, self.best_epoch = score, epoch
                 self.best_state = _snapshot(self.model)
-            tqdm.write(f"[dmlbench] epoch {epoch}/{epochs} loss {stats.mean_loss:.4f} val R@1 {val_r1:.4f} "
-                       f"{stats.images / seconds:.0f} img/s, {stats.loader_wait_seconds / seconds:.0%} of it "
-                       f"waiting for the loader")
+            tqdm.write(
+                f"[dmlbench] epoch {epoch}/{epochs} loss {stats.mean_loss:.4f} val R@1 {val_r1:.4f} "
+                f"{stats.images / seconds:.0f} img/s, {stats.loader_wait_seconds / seconds:.0%} of it "
+                f"waiting for the loader"
+            )
             atomic_torch_save(self._scratch_state(epoch), self.scratch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch)
@@ -520,14 +596,23 @@ class Trainer:
     def _finish(self) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         _write_log(self.log, self.out_dir / "log.csv")
-        atomic_torch_save({
-            "run": self.run, "digest": self.digest, "model": self.best_state, "loss": self.loss.state_dict(),
-            "num_classes": self.data.num_classes, "selected_epoch": self.best_epoch,
-            "selection": self.selection, "selection_score": self.best_score,
-            "summary": {**self.recipe.summary(), **self.init_parity, **paper_protocol_selection(self.log)},
-            "device": str(self.device),
-            "nondeterministic_ops": self.kernel_warnings.nondeterministic_ops(), **self.manifest_entries,
-        }, self.out_dir / "checkpoint.pt")
+        atomic_torch_save(
+            {
+                "run": self.run,
+                "digest": self.digest,
+                "model": self.best_state,
+                "loss": self.loss.state_dict(),
+                "num_classes": self.data.num_classes,
+                "selected_epoch": self.best_epoch,
+                "selection": self.selection,
+                "selection_score": self.best_score,
+                "summary": {**self.recipe.summary(), **self.init_parity, **paper_protocol_selection(self.log)},
+                "device": str(self.device),
+                "nondeterministic_ops": self.kernel_warnings.nondeterministic_ops(),
+                **self.manifest_entries,
+            },
+            self.out_dir / "checkpoint.pt",
+        )
         self.scratch.unlink(missing_ok=True)
 
 
@@ -551,17 +636,30 @@ def paper_protocol_selection(log: list[dict[str, float]]) -> dict[str, float]:
     return {"test_selected/R@1": float(best["test_R@1"]), "test_selected/epoch": float(best["epoch"])}
 
 
-def train_run(run: Mapping[str, Any], manifest_path: str | Path, out_dir: str | Path, scratch_dir: str | Path,
-              progress: bool = True, on_epoch_end: Callable[[int], None] | None = None,
-              configs: Sequence[str | Path] = ()) -> TrainResult:
+def train_run(
+    run: Mapping[str, Any],
+    manifest_path: str | Path,
+    out_dir: str | Path,
+    scratch_dir: str | Path,
+    progress: bool = True,
+    on_epoch_end: Callable[[int], None] | None = None,
+    configs: Sequence[str | Path] = (),
+) -> TrainResult:
     """Train one run end to end (resuming from ``scratch_dir`` when possible). Once its data and model are
     built and its resume checkpoint read, before any step, the resolved run goes to ``scratch_dir/run.yaml``
     (``configs``: the parameter files it was resolved from, named in the file's header), and with the
     finished run's other files to ``out_dir/run.yaml``: the run folder holds only finished runs' files."""
     with claim_device(training_settings(run).device) as name:  # its own GPU slot when several GPUs are shared
         device = resolve_device(name)
-        trainer = Trainer(run, load_run_data(run, manifest_path), Path(out_dir), Path(scratch_dir), device, progress,
-                          manifest=Path(manifest_path))
+        trainer = Trainer(
+            run,
+            load_run_data(run, manifest_path),
+            Path(out_dir),
+            Path(scratch_dir),
+            device,
+            progress,
+            manifest=Path(manifest_path),
+        )
         trainer.try_resume()
         settings = run_yaml_text(run, configs)
         write_text_atomic(Path(scratch_dir) / RUN_FILE, settings)

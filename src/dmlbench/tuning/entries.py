@@ -72,8 +72,9 @@ def is_tunable(config: Mapping[str, Any], method: str) -> bool:
 def tuned_methods(config: Mapping[str, Any], table: str) -> dict[str, str]:
     """The trained methods of ``tables.<table>`` → their tuned entries' names, in the table's order."""
     methods = config.get("methods") or {}
-    return {m: tuned_name(m) for m in section(config, "tables", table)["methods"]
-            if m in methods and is_tunable(config, m)}  # an undefined one: validate_config names it
+    return {
+        m: tuned_name(m) for m in section(config, "tables", table)["methods"] if m in methods and is_tunable(config, m)
+    }  # an undefined one: validate_config names it
 
 
 def tuned_embedding_dim(config: Mapping[str, Any]) -> int:
@@ -100,17 +101,22 @@ def caption(config: Mapping[str, Any], table: str) -> str:
     settings = config[TUNING_KEY]
     spaces = "; ".join(
         f"{resolve_method(config, m).get('label', m)}: "
-        + ", ".join(f"{_shown_name(item)} {item[1].describe()}"
-                    for item in sorted(method_space(config, m).items(), key=_shown_name))
-        for m in tuned_methods(config, table))
+        + ", ".join(
+            f"{_shown_name(item)} {item[1].describe()}"
+            for item in sorted(method_space(config, m).items(), key=_shown_name)
+        )
+        for m in tuned_methods(config, table)
+    )
     size = f"embedding size {tuned_embedding_dim(config)} for every method (ensembles split it among their learners)"
     k = settings["folds"]
-    return (f"Equal-budget tuning: every trained method had {settings['trials']} trials (Optuna TPE, seed "
-            f"{settings['seed']}, the first {settings['startup_trials']} at random); a trial trains once per fold "
-            f"of {k} class-disjoint folds of the training classes, on the other {k - 1}, and scores "
-            f"{settings['metric']} on the held-out fold (mean over the {k} folds; the test split is never read). "
-            f"Each method was then retrained with its best settings on all training classes, {size}, keeping the "
-            f"last epoch; test used once. Search spaces: {spaces}.")
+    return (
+        f"Equal-budget tuning: every trained method had {settings['trials']} trials (Optuna TPE, seed "
+        f"{settings['seed']}, the first {settings['startup_trials']} at random); a trial trains once per fold "
+        f"of {k} class-disjoint folds of the training classes, on the other {k - 1}, and scores "
+        f"{settings['metric']} on the held-out fold (mean over the {k} folds; the test split is never read). "
+        f"Each method was then retrained with its best settings on all training classes, {size}, keeping the "
+        f"last epoch; test used once. Search spaces: {spaces}."
+    )
 
 
 def _check_best_settings(config: Mapping[str, Any], method: str, given: Mapping[str, Any]) -> None:
@@ -122,14 +128,18 @@ def _check_best_settings(config: Mapping[str, Any], method: str, given: Mapping[
     where = f"methods.{tuned_name(method)}"
     extra = sorted(set(given) - {PER_DATASET})
     if extra:
-        raise ConfigError(f"{where} is generated from tuning.tables; only a best.yaml of `dmlbench tune` may add "
-                          f"to it ({PER_DATASET}.<dataset>), but it sets {extra}: change methods.{method} or "
-                          f"tuning instead")
+        raise ConfigError(
+            f"{where} is generated from tuning.tables; only a best.yaml of `dmlbench tune` may add "
+            f"to it ({PER_DATASET}.<dataset>), but it sets {extra}: change methods.{method} or "
+            f"tuning instead"
+        )
     space = method_space(config, method)
     for dataset, settings in (given.get(PER_DATASET) or {}).items():
         if dataset not in (config.get("datasets") or {}):
-            raise ConfigError(f"{where}.{PER_DATASET} names dataset {dataset!r}, which is not under 'datasets'"
-                              f"{did_you_mean(str(dataset), config.get('datasets') or {})}")
+            raise ConfigError(
+                f"{where}.{PER_DATASET} names dataset {dataset!r}, which is not under 'datasets'"
+                f"{did_you_mean(str(dataset), config.get('datasets') or {})}"
+            )
         check_values(space, flat_values(settings), f"{where}.{PER_DATASET}.{dataset}")
 
 
@@ -148,8 +158,10 @@ def expand_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
     methods, tables = expanded.setdefault("methods", {}), expanded.setdefault("tables", {})
     for table in settings["tables"]:
         if table not in (config.get("tables") or {}):
-            raise ConfigError(f"tuning.tables names {table!r}, which is not under 'tables'"
-                              f"{did_you_mean(table, config.get('tables') or {})}")
+            raise ConfigError(
+                f"tuning.tables names {table!r}, which is not under 'tables'"
+                f"{did_you_mean(table, config.get('tables') or {})}"
+            )
         spec = dict(config["tables"][table])
         twins = tuned_methods(config, table)
         for method, twin in twins.items():
@@ -158,8 +170,11 @@ def expand_tuned(config: Mapping[str, Any]) -> dict[str, Any]:
             given = {key: value for key, value in methods.get(twin, {}).items() if entry.get(key) != value}
             _check_best_settings(config, method, given)
             methods[twin] = {**entry, **given}
-        spec.update(title=f"{spec.get('title', table)} (equal-budget tuning)",
-                    methods=[twins.get(m, m) for m in spec["methods"]], caption=caption(expanded, table))
+        spec.update(
+            title=f"{spec.get('title', table)} (equal-budget tuning)",
+            methods=[twins.get(m, m) for m in spec["methods"]],
+            caption=caption(expanded, table),
+        )
         if tables.get(tuned_name(table), spec) != spec:
             raise ConfigError(f"tables.{tuned_name(table)} is generated from tuning.tables: rename that table")
         tables[tuned_name(table)] = spec

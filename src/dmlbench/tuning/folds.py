@@ -36,8 +36,10 @@ def class_folds(classes: Sequence[int] | np.ndarray, k: int, seed: int) -> list[
     """
     distinct = np.unique(np.asarray(classes))
     if k < 2 or len(distinct) < MIN_CLASSES_PER_FOLD * k:
-        raise ValueError(f"tuning.folds = {k} needs k >= 2 and at least {MIN_CLASSES_PER_FOLD * k} training classes "
-                         f"({MIN_CLASSES_PER_FOLD} per fold); there are {len(distinct)}: use fewer folds")
+        raise ValueError(
+            f"tuning.folds = {k} needs k >= 2 and at least {MIN_CLASSES_PER_FOLD * k} training classes "
+            f"({MIN_CLASSES_PER_FOLD} per fold); there are {len(distinct)}: use fewer folds"
+        )
     permuted = np.random.default_rng(seed).permutation(distinct)
     return [np.sort(part) for part in np.array_split(permuted, k)]
 

@@ -53,8 +53,16 @@ class TuneResult:
     best_score: float
 
 
-def tune(config: Mapping[str, Any], dataset: str, method: str, manifest: str | Path, out_dir: str | Path,
-         scratch_dir: str | Path, progress: bool = False, report: Callable[[str], None] = print) -> TuneResult:
+def tune(
+    config: Mapping[str, Any],
+    dataset: str,
+    method: str,
+    manifest: str | Path,
+    out_dir: str | Path,
+    scratch_dir: str | Path,
+    progress: bool = False,
+    report: Callable[[str], None] = print,
+) -> TuneResult:
     """Run (or resume) the study of ``method`` on ``dataset`` to ``tuning.trials`` completed trials.
 
     Args:
@@ -79,8 +87,9 @@ def tune(config: Mapping[str, Any], dataset: str, method: str, manifest: str | P
         study = open_study(out_dir / STUDY_FILE, setup.digest(base_run, sha256_of(manifest)), report)
         for number in requeue_interrupted(study):
             report(f"[dmlbench] trial {number} was interrupted: evaluating its values again first")
-        evaluate = FoldEvaluation(base_config, setup, rows, folds, manifest, Path(scratch_dir),
-                                  resolve_device(device_name), progress)
+        evaluate = FoldEvaluation(
+            base_config, setup, rows, folds, manifest, Path(scratch_dir), resolve_device(device_name), progress
+        )
         run_study(study, setup, evaluate, report)
         outputs = {"best": out_dir / BEST_FILE, "trials": out_dir / TRIALS_FILE}
         with atomic_outputs(outputs) as tmp:

@@ -91,8 +91,10 @@ def parse_range(key: str, spec: Mapping[str, Any], where: str) -> Range:
         return Range(key, "categorical", choices=tuple(spec["choices"]))
     low, high, log = spec["low"], spec["high"], bool(spec.get("log", False))
     if not low < high:
-        raise ConfigError(f"{where}: low = {low} is not below high = {high}; write [low, high] with low < high "
-                          f"(a fixed value is not tuned: set it in the method's entry instead)")
+        raise ConfigError(
+            f"{where}: low = {low} is not below high = {high}; write [low, high] with low < high "
+            f"(a fixed value is not tuned: set it in the method's entry instead)"
+        )
     if log and low <= 0:
         raise ConfigError(f"{where}: log: true needs low > 0 (got {low}): a log scale cannot reach 0")
     return Range(key, spec["type"], low, high, log)
@@ -107,12 +109,15 @@ def method_space(config: Mapping[str, Any], method: str) -> dict[str, Range]:
     entry = section(config, "methods", method)
     space = (entry.get(TUNING_KEY) or {}).get(SPACE_KEY)
     if not space:
-        raise ConfigError(f"methods.{method} has no {TUNING_KEY}.{SPACE_KEY}, but a table of tuning.tables lists it: "
-                          f"give it the settings to search (e.g. {TUNING_KEY}: {{{SPACE_KEY}: {{training.optimizer.lr: "
-                          f"{{type: float, low: 2.0e-5, high: 2.0e-3, log: true}}}}}}; docs/tuning.md), or leave that "
-                          f"table out of tuning.tables")
-    return {key: parse_range(key, spec, f"methods.{method}.{TUNING_KEY}.{SPACE_KEY}.{key}")
-            for key, spec in space.items()}
+        raise ConfigError(
+            f"methods.{method} has no {TUNING_KEY}.{SPACE_KEY}, but a table of tuning.tables lists it: "
+            f"give it the settings to search (e.g. {TUNING_KEY}: {{{SPACE_KEY}: {{training.optimizer.lr: "
+            f"{{type: float, low: 2.0e-5, high: 2.0e-3, log: true}}}}}}; docs/tuning.md), or leave that "
+            f"table out of tuning.tables"
+        )
+    return {
+        key: parse_range(key, spec, f"methods.{method}.{TUNING_KEY}.{SPACE_KEY}.{key}") for key, spec in space.items()
+    }
 
 
 def _setting(run: Mapping[str, Any], key: str) -> tuple[bool, Any]:
@@ -139,8 +144,10 @@ def check_space_keys(space: Mapping[str, Range], run: Mapping[str, Any], where: 
             root = key.rsplit(".", 1)[0]
             _, parent = _setting(run, root) if "." in root else (True, run["method_config"].get(root, {}))
             known = sorted(parent) if isinstance(parent, Mapping) else []
-            raise ConfigError(f"{where}.{key}: the tuned run has no setting {key!r} (it has {known} under {root}); "
-                              f"tune a setting the method states (state it in the method's entry first)")
+            raise ConfigError(
+                f"{where}.{key}: the tuned run has no setting {key!r} (it has {known} under {root}); "
+                f"tune a setting the method states (state it in the method's entry first)"
+            )
 
 
 def check_values(space: Mapping[str, Range], values: Mapping[str, Any], where: str) -> None:
@@ -152,14 +159,18 @@ def check_values(space: Mapping[str, Range], values: Mapping[str, Any], where: s
     extra = sorted(set(values) - set(space))
     missing = sorted(set(space) - set(values))
     if extra or missing:
-        raise ConfigError(f"{where} sets {sorted(values)}, but the search space is {list(space)} (outside it: "
-                          f"{extra}, missing: {missing}): tuned settings come from `dmlbench tune` for this space; "
-                          f"rerun it")
+        raise ConfigError(
+            f"{where} sets {sorted(values)}, but the search space is {list(space)} (outside it: "
+            f"{extra}, missing: {missing}): tuned settings come from `dmlbench tune` for this space; "
+            f"rerun it"
+        )
     for key, value in values.items():
         if not space[key].contains(value):
-            raise ConfigError(f"{where}: {key} = {value!r} lies outside its search range "
-                              f"{space[key].describe()}: tuned settings come from `dmlbench tune` for this space "
-                              f"(edited by hand, or written for another space?); rerun it")
+            raise ConfigError(
+                f"{where}: {key} = {value!r} lies outside its search range "
+                f"{space[key].describe()}: tuned settings come from `dmlbench tune` for this space "
+                f"(edited by hand, or written for another space?); rerun it"
+            )
 
 
 def flat_values(node: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -81,21 +81,38 @@ class TuneSetup:
         settings = tuning_settings(config)
         tuned = {m for table in settings.get("tables") or [] for m in tuned_methods(config, table)}
         if method not in tuned:
-            raise ConfigError(f"method {method!r} is tuned by no table of tuning.tables (tuned: {sorted(tuned)}): "
-                              f"add a table that lists it to tuning.tables (its reference rows, ensembles and "
-                              f"re-embedded entries are not tuned)")
-        return cls(dataset, method, method_space(config, method), settings["trials"], settings["folds"],
-                   settings["metric"], settings["seed"], settings["startup_trials"])
+            raise ConfigError(
+                f"method {method!r} is tuned by no table of tuning.tables (tuned: {sorted(tuned)}): "
+                f"add a table that lists it to tuning.tables (its reference rows, ensembles and "
+                f"re-embedded entries are not tuned)"
+            )
+        return cls(
+            dataset,
+            method,
+            method_space(config, method),
+            settings["trials"],
+            settings["folds"],
+            settings["metric"],
+            settings["seed"],
+            settings["startup_trials"],
+        )
 
     def digest(self, base_run: Mapping[str, Any], manifest_sha256: str) -> str:
         """SHA-256 of everything a trial's score depends on: the protocol version, the untuned run
         (``base_run``), the space, folds, metric, seeds and the manifest's bytes. Not the budget: raising
         ``tuning.trials`` continues a study."""
-        return config_digest({
-            "version": PROTOCOL_VERSION, "run": base_run, "manifest": manifest_sha256, "folds": self.folds,
-            "metric": self.metric, "seed": self.seed, "startup_trials": self.startup_trials,
-            "space": {key: [r.kind, r.low, r.high, r.log, list(r.choices)] for key, r in self.space.items()},
-        })
+        return config_digest(
+            {
+                "version": PROTOCOL_VERSION,
+                "run": base_run,
+                "manifest": manifest_sha256,
+                "folds": self.folds,
+                "metric": self.metric,
+                "seed": self.seed,
+                "startup_trials": self.startup_trials,
+                "space": {key: [r.kind, r.low, r.high, r.log, list(r.choices)] for key, r in self.space.items()},
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -125,13 +142,16 @@ def open_study(path: Path, digest: str, report: Callable[[str], None] = print) -
     another digest is renamed to ``<path>.stale`` and a new study starts."""
     path.parent.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(storage=_storage(path), study_name=STUDY_NAME, direction="maximize",
-                                load_if_exists=True)
+    study = optuna.create_study(
+        storage=_storage(path), study_name=STUDY_NAME, direction="maximize", load_if_exists=True
+    )
     if study.user_attrs.get(SETUP_ATTR) not in (None, digest):
         stale = path.with_name(path.name + ".stale")
         path.replace(stale)
-        report(f"[dmlbench] {path}: a study of another setup (run, space, folds, metric, seeds or data); moved "
-               f"to {stale}, starting afresh")
+        report(
+            f"[dmlbench] {path}: a study of another setup (run, space, folds, metric, seeds or data); moved "
+            f"to {stale}, starting afresh"
+        )
         study = optuna.create_study(storage=_storage(path), study_name=STUDY_NAME, direction="maximize")
     study.set_user_attr(SETUP_ATTR, digest)
     return study
@@ -154,12 +174,12 @@ def completed_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 def sampler_for(seed: int, index: int, startup_trials: int) -> optuna.samplers.TPESampler:
     """The sampler of the ``index``-th evaluated trial (0-based): TPE seeded from ``(seed, index)``."""
-    return optuna.samplers.TPESampler(seed=derive_seed(seed, "tpe", index) % _SEED_RANGE,
-                                      n_startup_trials=startup_trials)
+    return optuna.samplers.TPESampler(
+        seed=derive_seed(seed, "tpe", index) % _SEED_RANGE, n_startup_trials=startup_trials
+    )
 
 
-def run_study(study: optuna.Study, setup: TuneSetup, evaluate: Evaluate,
-              report: Callable[[str], None] = print) -> None:
+def run_study(study: optuna.Study, setup: TuneSetup, evaluate: Evaluate, report: Callable[[str], None] = print) -> None:
     """Evaluate trials until ``setup.trials`` are complete (module doc). An exception out of ``evaluate``
     leaves its trial running, to be queued again when the job is rerun."""
     while (done := len(completed_trials(study))) < setup.trials:
@@ -172,8 +192,10 @@ def run_study(study: optuna.Study, setup: TuneSetup, evaluate: Evaluate,
         if outcome.diverged:
             trial.set_user_attr("diverged", outcome.diverged)
         study.tell(trial, outcome.value)
-        report(f"[dmlbench] trial {trial.number} ({done + 1}/{setup.trials}): {setup.metric} {outcome.value:.4f} "
-               f"{'(diverged) ' if outcome.diverged else ''}with {values}")
+        report(
+            f"[dmlbench] trial {trial.number} ({done + 1}/{setup.trials}): {setup.metric} {outcome.value:.4f} "
+            f"{'(diverged) ' if outcome.diverged else ''}with {values}"
+        )
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial:
@@ -189,14 +211,16 @@ def best_yaml_text(setup: TuneSetup, study: optuna.Study) -> str:
     comment that states how they were found."""
     best = best_trial(study)
     folds = ", ".join(f"{score:.4f}" for score in best.user_attrs.get("fold_scores", []))
-    header = (f"# Equal-budget tuning of {setup.method} on {setup.dataset} (`dmlbench tune`, docs/tuning.md): the\n"
-              f"# best of {len(completed_trials(study))} trials (Optuna TPE, seed {setup.seed}, the first "
-              f"{setup.startup_trials} at random), each scored by\n"
-              f"# the mean {setup.metric} on the held-out fold over {setup.folds} class-disjoint folds of the "
-              f"training classes (the test split is never read).\n"
-              f"# Best: trial {best.number}, {setup.metric} {best.value:.4f} (folds: {folds or 'diverged'}).\n"
-              f"# A parameter overlay: the runs of {tuned_name(setup.method)} train with it "
-              f"(`dmlbench train ... --config <this file>`).\n")
+    header = (
+        f"# Equal-budget tuning of {setup.method} on {setup.dataset} (`dmlbench tune`, docs/tuning.md): the\n"
+        f"# best of {len(completed_trials(study))} trials (Optuna TPE, seed {setup.seed}, the first "
+        f"{setup.startup_trials} at random), each scored by\n"
+        f"# the mean {setup.metric} on the held-out fold over {setup.folds} class-disjoint folds of the "
+        f"training classes (the test split is never read).\n"
+        f"# Best: trial {best.number}, {setup.metric} {best.value:.4f} (folds: {folds or 'diverged'}).\n"
+        f"# A parameter overlay: the runs of {tuned_name(setup.method)} train with it "
+        f"(`dmlbench train ... --config <this file>`).\n"
+    )
     values = {key: best.params[key] for key in setup.space}
     return header + yaml.safe_dump(tuned_overlay(setup.dataset, setup.method, values), sort_keys=False)
 
@@ -206,11 +230,16 @@ def trials_frame(setup: TuneSetup, study: optuna.Study) -> pd.DataFrame:
     rows = []
     for trial in study.get_trials(deepcopy=False):
         scores = trial.user_attrs.get("fold_scores", [])
-        rows.append({"trial": trial.number, "state": trial.state.name,
-                     "score": trial.value if trial.value is not None else math.nan,
-                     **{f"fold{i}": scores[i] if i < len(scores) else math.nan for i in range(setup.folds)},
-                     **{key: trial.params.get(key) for key in setup.space},
-                     "seconds": trial.user_attrs.get("seconds", math.nan),
-                     "diverged": trial.user_attrs.get("diverged", ""),
-                     "retry_of": trial.user_attrs.get("retry_of", "")})
+        rows.append(
+            {
+                "trial": trial.number,
+                "state": trial.state.name,
+                "score": trial.value if trial.value is not None else math.nan,
+                **{f"fold{i}": scores[i] if i < len(scores) else math.nan for i in range(setup.folds)},
+                **{key: trial.params.get(key) for key in setup.space},
+                "seconds": trial.user_attrs.get("seconds", math.nan),
+                "diverged": trial.user_attrs.get("diverged", ""),
+                "retry_of": trial.user_attrs.get("retry_of", ""),
+            }
+        )
     return pd.DataFrame(rows)

@@ -51,11 +51,17 @@ def fold_score(trainer: Trainer, data: RunData, metric: str) -> float:
     """``metric`` (``R@1`` or ``MAP@R``) of the trained model's test-time embedding of the held-out fold (the
     data's evaluation slot), each image querying all the others."""
     settings = trainer.settings
-    embeddings = trainer.recipe.embed(trainer.model, data.test, settings.eval_batch_size, trainer.device,
-                                      settings.num_workers)
+    embeddings = trainer.recipe.embed(
+        trainer.model, data.test, settings.eval_batch_size, trainer.device, settings.num_workers
+    )
     task = build_task(np.asarray(data.test.labels), None)
-    metrics = retrieval_metrics(check_embeddings(embeddings), task, [1], evaluation_settings(trainer.run).chunk_size,
-                                with_map_at_r=metric != "R@1")
+    metrics = retrieval_metrics(
+        check_embeddings(embeddings),
+        task,
+        [1],
+        evaluation_settings(trainer.run).chunk_size,
+        with_map_at_r=metric != "R@1",
+    )
     return float(metrics[metric])
 
 
@@ -105,8 +111,9 @@ class FoldEvaluation:
     def _train_fold(self, run: Mapping[str, Any], fold: int, fold_dir: Path) -> float:
         """Train fold ``fold``'s run (resuming its checkpoint), score it and record the score."""
         data = fold_data(self.rows, training_settings(run), self.folds, fold)
-        trainer = Trainer(run, data, fold_dir / "run", fold_dir / "resume", self.device, self.progress,
-                          manifest=self.manifest)
+        trainer = Trainer(
+            run, data, fold_dir / "run", fold_dir / "resume", self.device, self.progress, manifest=self.manifest
+        )
         trainer.try_resume()
         trainer.fit()
         score = fold_score(trainer, data, self.setup.metric)

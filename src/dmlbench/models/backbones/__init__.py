@@ -42,8 +42,10 @@ def check_backbone_name(name: Any) -> str:
     if name not in BACKBONES:
         from dmlbench.errors import did_you_mean
 
-        raise KeyError(f"training.backbone.name = {name!r} is unknown{did_you_mean(str(name), BACKBONES)}; "
-                       f"known: {sorted(BACKBONES)}, or 'timm:<model>' for a timm model")
+        raise KeyError(
+            f"training.backbone.name = {name!r} is unknown{did_you_mean(str(name), BACKBONES)}; "
+            f"known: {sorted(BACKBONES)}, or 'timm:<model>' for a timm model"
+        )
     return name
 
 
@@ -93,5 +95,4 @@ def build_backbone(config: Mapping[str, Any]) -> StagedBackbone:
     return backbone
 
 
-__all__ = ["BACKBONES", "StagedBackbone", "build_backbone", "check_backbone", "check_backbone_name",
-           "freeze_batchnorm"]
+__all__ = ["BACKBONES", "StagedBackbone", "build_backbone", "check_backbone", "check_backbone_name", "freeze_batchnorm"]

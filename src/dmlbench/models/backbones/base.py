@@ -78,8 +78,10 @@ class StagedBackbone(nn.Module):
         after this call (ABE's attention trunk, DIABLO's φ) copy the frozen flag too.
         """
         if name == "pool":
-            raise ValueError("training.backbone.frozen_through: 'pool' would freeze the whole backbone; "
-                             f"name a stage before it: {list(self.stage_names[:-1])}")
+            raise ValueError(
+                "training.backbone.frozen_through: 'pool' would freeze the whole backbone; "
+                f"name a stage before it: {list(self.stage_names[:-1])}"
+            )
         self.frozen_stages = self.stage_names[: self.index(name) + 1]
         for module in (self.normalize, *(self.body[n] for n in self.frozen_stages)):
             for p in module.parameters():

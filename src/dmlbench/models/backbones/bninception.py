@@ -59,11 +59,13 @@ class CaffeBGRNormalization(nn.Module):
 
 def conv_bn_relu(c_in: int, c_out: int, kernel: int, stride: int = 1) -> nn.Sequential:
     """Conv (with bias, 'same'-style padding k // 2) → BatchNorm → ReLU; children ``conv, bn, relu``."""
-    return nn.Sequential(OrderedDict(
-        conv=nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2),
-        bn=nn.BatchNorm2d(c_out, eps=1e-5),
-        relu=nn.ReLU(inplace=True),
-    ))
+    return nn.Sequential(
+        OrderedDict(
+            conv=nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=kernel // 2),
+            bn=nn.BatchNorm2d(c_out, eps=1e-5),
+            relu=nn.ReLU(inplace=True),
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -116,20 +118,35 @@ class InceptionBN(nn.Module):
         branches: list[nn.Sequential] = []
         if spec.c1x1:
             branches.append(nn.Sequential(OrderedDict({"1x1": conv_bn_relu(spec.c_in, spec.c1x1, 1)})))
-        branches.append(nn.Sequential(OrderedDict({
-            "3x3_reduce": conv_bn_relu(spec.c_in, spec.c3x3_reduce, 1),
-            "3x3": conv_bn_relu(spec.c3x3_reduce, spec.c3x3, 3, s),
-        })))
-        branches.append(nn.Sequential(OrderedDict({
-            "double_3x3_reduce": conv_bn_relu(spec.c_in, spec.double_reduce, 1),
-            "double_3x3_1": conv_bn_relu(spec.double_reduce, spec.double, 3),
-            "double_3x3_2": conv_bn_relu(spec.double, spec.double, 3, s),
-        })))
+        branches.append(
+            nn.Sequential(
+                OrderedDict(
+                    {
+                        "3x3_reduce": conv_bn_relu(spec.c_in, spec.c3x3_reduce, 1),
+                        "3x3": conv_bn_relu(spec.c3x3_reduce, spec.c3x3, 3, s),
+                    }
+                )
+            )
+        )
+        branches.append(
+            nn.Sequential(
+                OrderedDict(
+                    {
+                        "double_3x3_reduce": conv_bn_relu(spec.c_in, spec.double_reduce, 1),
+                        "double_3x3_1": conv_bn_relu(spec.double_reduce, spec.double, 3),
+                        "double_3x3_2": conv_bn_relu(spec.double, spec.double, 3, s),
+                    }
+                )
+            )
+        )
         pad = 1 if s == 1 else 0
-        pool: dict[str, nn.Module] = {"pool": (
-            nn.AvgPool2d(3, stride=s, padding=pad, ceil_mode=True, count_include_pad=True) if spec.pool == "avg"
-            else nn.MaxPool2d(3, stride=s, padding=pad, ceil_mode=True)
-        )}
+        pool: dict[str, nn.Module] = {
+            "pool": (
+                nn.AvgPool2d(3, stride=s, padding=pad, ceil_mode=True, count_include_pad=True)
+                if spec.pool == "avg"
+                else nn.MaxPool2d(3, stride=s, padding=pad, ceil_mode=True)
+            )
+        }
         if spec.pool_proj:
             pool["pool_proj"] = conv_bn_relu(spec.c_in, spec.pool_proj, 1)
         branches.append(nn.Sequential(OrderedDict(pool)))
@@ -188,13 +205,15 @@ def build_bninception(
 
     Input (B, 3, H, W) RGB in [0, 1]; ``pool`` output (B, 1024).
     """
-    stem = nn.Sequential(OrderedDict(
-        conv1_7x7_s2=conv_bn_relu(3, 64, 7, 2),
-        pool1_3x3_s2=nn.MaxPool2d(3, stride=2, ceil_mode=True),
-        conv2_3x3_reduce=conv_bn_relu(64, 64, 1),
-        conv2_3x3=conv_bn_relu(64, 192, 3),
-        pool2_3x3_s2=nn.MaxPool2d(3, stride=2, ceil_mode=True),
-    ))
+    stem = nn.Sequential(
+        OrderedDict(
+            conv1_7x7_s2=conv_bn_relu(3, 64, 7, 2),
+            pool1_3x3_s2=nn.MaxPool2d(3, stride=2, ceil_mode=True),
+            conv2_3x3_reduce=conv_bn_relu(64, 64, 1),
+            conv2_3x3=conv_bn_relu(64, 192, 3),
+            pool2_3x3_s2=nn.MaxPool2d(3, stride=2, ceil_mode=True),
+        )
+    )
     stages: OrderedDict[str, nn.Module] = OrderedDict(stem=stem)
     out_channels = {"stem": 192}
     for name, spec in INCEPTION_SPECS.items():

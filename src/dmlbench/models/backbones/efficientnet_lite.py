@@ -52,8 +52,15 @@ BN_EPS = 1e-3
 BN_MOMENTUM = 0.01
 
 #: (repeats, kernel, stride, expansion, out channels) per stage ``block1`` … ``block7``.
-LITE0_BLOCKS = ((1, 3, 1, 1, 16), (2, 3, 2, 6, 24), (2, 5, 2, 6, 40), (3, 3, 2, 6, 80),
-                (3, 5, 1, 6, 112), (4, 5, 2, 6, 192), (1, 3, 1, 6, 320))
+LITE0_BLOCKS = (
+    (1, 3, 1, 1, 16),
+    (2, 3, 2, 6, 24),
+    (2, 5, 2, 6, 40),
+    (3, 3, 2, 6, 80),
+    (3, 5, 1, 6, 112),
+    (4, 5, 2, 6, 192),
+    (1, 3, 1, 6, 320),
+)
 STEM_CHANNELS = 32
 HEAD_CHANNELS = 1280
 
@@ -83,8 +90,9 @@ class SamePadConv2d(nn.Conv2d):
     """
 
     def __init__(self, c_in: int, c_out: int, kernel: int, stride: int = 1, groups: int = 1):
-        super().__init__(c_in, c_out, kernel, stride=stride, padding=kernel // 2 if stride == 1 else 0,
-                         groups=groups, bias=False)
+        super().__init__(
+            c_in, c_out, kernel, stride=stride, padding=kernel // 2 if stride == 1 else 0, groups=groups, bias=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.stride[0] == 1:
@@ -102,9 +110,11 @@ def _bn(channels: int) -> nn.BatchNorm2d:
 
 def _conv_bn_relu6(conv_name: str, bn_name: str, c_in: int, c_out: int, kernel: int, stride: int) -> nn.Sequential:
     """Stem / head unit with the checkpoint's child names: conv → BN → ReLU6."""
-    return nn.Sequential(OrderedDict(
-        [(conv_name, SamePadConv2d(c_in, c_out, kernel, stride)), (bn_name, _bn(c_out)), ("relu6", nn.ReLU6(True))]
-    ))
+    return nn.Sequential(
+        OrderedDict(
+            [(conv_name, SamePadConv2d(c_in, c_out, kernel, stride)), (bn_name, _bn(c_out)), ("relu6", nn.ReLU6(True))]
+        )
+    )
 
 
 class MBConv(nn.Module):
@@ -137,9 +147,7 @@ class MBConv(nn.Module):
 
 def _stages() -> tuple[OrderedDict[str, nn.Module], dict[str, int]]:
     """Randomly initialised stages (children named as in the checkpoint) and their output channels."""
-    stages: OrderedDict[str, nn.Module] = OrderedDict(
-        stem=_conv_bn_relu6("_conv_stem", "_bn0", 3, STEM_CHANNELS, 3, 2)
-    )
+    stages: OrderedDict[str, nn.Module] = OrderedDict(stem=_conv_bn_relu6("_conv_stem", "_bn0", 3, STEM_CHANNELS, 3, 2))
     out_channels = {"stem": STEM_CHANNELS}
     c_in, index = STEM_CHANNELS, 0
     for stage, (repeats, kernel, stride, expansion, c_out) in enumerate(LITE0_BLOCKS, start=1):

@@ -73,9 +73,7 @@ _STAGES: dict[str, tuple[tuple[str, ...], int]] = {
 }
 
 
-def build_googlenet(
-    pretrained: Any = None, weights_sha256: str | None = None, pooling: str = "avg"
-) -> StagedBackbone:
+def build_googlenet(pretrained: Any = None, weights_sha256: str | None = None, pooling: str = "avg") -> StagedBackbone:
     """GoogLeNet with stages ``stem, inception3a, 3b, pool3, inception4a…4e, pool4, inception5a, 5b, pool``.
 
     Args:

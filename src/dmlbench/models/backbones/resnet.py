@@ -42,9 +42,7 @@ RESNET50_LAYOUT = WeightLayout(
 _OUT_CHANNELS = {"stem": 64, "layer1": 256, "layer2": 512, "layer3": 1024, "layer4": 2048, "pool": 2048}
 
 
-def build_resnet50(
-    pretrained: Any = None, weights_sha256: str | None = None, pooling: str = "avg"
-) -> StagedBackbone:
+def build_resnet50(pretrained: Any = None, weights_sha256: str | None = None, pooling: str = "avg") -> StagedBackbone:
     """ResNet-50 with stages ``stem, layer1, layer2, layer3, layer4, pool``.
 
     Args:

@@ -29,15 +29,20 @@ SMALL_CNN_LAYOUT = WeightLayout(name="dmlbench small_cnn", backbone="small_cnn",
 
 
 def _conv_bn_relu(c_in: int, c_out: int, stride: int) -> list[nn.Module]:
-    return [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+    return [
+        nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False),
+        nn.BatchNorm2d(c_out),
+        nn.ReLU(inplace=True),
+    ]
 
 
 def _stage(c_in: int, c_out: int) -> nn.Sequential:
     return nn.Sequential(*_conv_bn_relu(c_in, c_out, 2), *_conv_bn_relu(c_out, c_out, 1))
 
 
-def build_small_cnn(width: int = 16, pooling: str = "avg", pretrained: Any = None,
-                    weights_sha256: str | None = None) -> StagedBackbone:
+def build_small_cnn(
+    width: int = 16, pooling: str = "avg", pretrained: Any = None, weights_sha256: str | None = None
+) -> StagedBackbone:
     """Stages ``stem, stage1, stage2, stage3, stage4, pool``.
 
     Args:

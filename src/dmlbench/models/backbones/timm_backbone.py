@@ -71,8 +71,14 @@ from dmlbench.models.backbones.weights import (
     resolve_weights,
 )
 
-__all__ = ["TIMM_PREFIX", "build_timm_backbone", "check_timm_name", "check_timm_pretrained", "is_timm_name",
-           "timm_model_count"]
+__all__ = [
+    "TIMM_PREFIX",
+    "build_timm_backbone",
+    "check_timm_name",
+    "check_timm_pretrained",
+    "is_timm_name",
+    "timm_model_count",
+]
 
 TIMM_PREFIX = "timm:"
 #: ``timm:<architecture>[.<pretrained tag>]``, lower case as every timm name (checked before any lookup).
@@ -117,21 +123,27 @@ def check_timm_name(name: Any) -> str:
 
     match = _NAME.fullmatch(name) if isinstance(name, str) else None
     if match is None:
-        raise ValueError(f"training.backbone.name = {name!r}: a timm model is named 'timm:<model>' with timm's "
-                         f"lower-case model name and an optional pretrained tag, e.g. 'timm:resnet18' or "
-                         f"'timm:resnet18.a1_in1k'")
+        raise ValueError(
+            f"training.backbone.name = {name!r}: a timm model is named 'timm:<model>' with timm's "
+            f"lower-case model name and an optional pretrained tag, e.g. 'timm:resnet18' or "
+            f"'timm:resnet18.a1_in1k'"
+        )
     arch, tag = match.groups()
     timm = _timm()
     if not timm.is_model(arch):
-        raise ValueError(f"training.backbone.name = {name!r}: timm has no model {arch!r}"
-                         f"{did_you_mean(arch, timm.list_models())} (`dmlbench list backbones`; "
-                         f"timm.list_models('*pattern*') searches)")
+        raise ValueError(
+            f"training.backbone.name = {name!r}: timm has no model {arch!r}"
+            f"{did_you_mean(arch, timm.list_models())} (`dmlbench list backbones`; "
+            f"timm.list_models('*pattern*') searches)"
+        )
     model = arch if tag is None else f"{arch}.{tag}"
     if tag is not None:
         tags = [n.partition(".")[2] for n in timm.list_pretrained(f"{arch}.*")]
         if tag not in tags:
-            raise ValueError(f"training.backbone.name = {name!r}: timm has no pretrained tag {tag!r} for {arch}"
-                             f"{did_you_mean(tag, tags)}; known: {', '.join(tags) or '(none)'}")
+            raise ValueError(
+                f"training.backbone.name = {name!r}: timm has no pretrained tag {tag!r} for {arch}"
+                f"{did_you_mean(tag, tags)}; known: {', '.join(tags) or '(none)'}"
+            )
     return model
 
 
@@ -150,20 +162,27 @@ def _pretrained_cfg(model: nn.Module) -> dict[str, Any]:
 
 # --- weights ----------------------------------------------------------------------------------------------
 
+
 def _layout(name: str, model: nn.Module) -> WeightLayout:
     """The model's own key layout; the classifier keys of a checkpoint are skipped."""
     cfg = _pretrained_cfg(model)
     classifier = cfg.get("classifier") or ()
     classifiers = (classifier,) if isinstance(classifier, str) else tuple(classifier)
-    return WeightLayout(name=f"timm {cfg.get('architecture', name)}", backbone=name,
-                        checkpoint_key=lambda key: key, ignored_prefixes=tuple(f"{c}." for c in classifiers))
+    return WeightLayout(
+        name=f"timm {cfg.get('architecture', name)}",
+        backbone=name,
+        checkpoint_key=lambda key: key,
+        ignored_prefixes=tuple(f"{c}." for c in classifiers),
+    )
 
 
 def _fetch_hint(model_name: str) -> str:
-    return (f"dmlbench never downloads weights at run time; fetch them once, on a machine with network access, "
-            f"into timm's cache with\n  python -c \"import timm; timm.create_model('{model_name}', pretrained=True)\"\n"
-            f"(copy ~/.cache/huggingface/hub along if the runs are elsewhere), or set training.backbone.pretrained "
-            f"to a local .safetensors or state-dict file of this model")
+    return (
+        f"dmlbench never downloads weights at run time; fetch them once, on a machine with network access, "
+        f"into timm's cache with\n  python -c \"import timm; timm.create_model('{model_name}', pretrained=True)\"\n"
+        f"(copy ~/.cache/huggingface/hub along if the runs are elsewhere), or set training.backbone.pretrained "
+        f"to a local .safetensors or state-dict file of this model"
+    )
 
 
 def _cached_file(name: str, model: nn.Module) -> WeightsFile:
@@ -177,14 +196,18 @@ def _cached_file(name: str, model: nn.Module) -> WeightsFile:
         from huggingface_hub.constants import HF_HUB_CACHE
 
         repo, _, revision = hub_id.partition("@")
-        filenames = [cfg["hf_hub_filename"]] if cfg.get("hf_hub_filename") else ["model.safetensors",
-                                                                                  "pytorch_model.bin"]
+        filenames = (
+            [cfg["hf_hub_filename"]] if cfg.get("hf_hub_filename") else ["model.safetensors", "pytorch_model.bin"]
+        )
         for filename in filenames:
             found = try_to_load_from_cache(repo, filename, revision=revision or None)
             if isinstance(found, str) and Path(found).is_file():
                 blob = Path(found).resolve().name
-                return WeightsFile(Path(found), blob if _SHA256_NAME.fullmatch(blob) else None,
-                                   f"pretrained: timm ({hub_id}/{filename})")
+                return WeightsFile(
+                    Path(found),
+                    blob if _SHA256_NAME.fullmatch(blob) else None,
+                    f"pretrained: timm ({hub_id}/{filename})",
+                )
         looked.append(f"the Hugging Face hub cache {HF_HUB_CACHE} ({repo}: {' or '.join(filenames)})")
     if cfg.get("url"):
         remote = RemoteFile(cfg["url"])
@@ -193,10 +216,14 @@ def _cached_file(name: str, model: nn.Module) -> WeightsFile:
             return WeightsFile(path, remote.hash_prefix, f"pretrained: timm ({remote.url})")
         looked.append(f"the torch hub cache ({path})")
     if not looked:
-        raise PretrainedWeightsError(f"training.backbone: {name}: timm publishes no pretrained weights for "
-                                     f"{model_name}; set pretrained to null or to a local weights file")
-    raise PretrainedWeightsError(f"training.backbone: {name}: pretrained: timm, but the weights of {model_name} are "
-                                 f"not in timm's cache (looked in {' and '.join(looked)}). {_fetch_hint(model_name)}")
+        raise PretrainedWeightsError(
+            f"training.backbone: {name}: timm publishes no pretrained weights for "
+            f"{model_name}; set pretrained to null or to a local weights file"
+        )
+    raise PretrainedWeightsError(
+        f"training.backbone: {name}: pretrained: timm, but the weights of {model_name} are "
+        f"not in timm's cache (looked in {' and '.join(looked)}). {_fetch_hint(model_name)}"
+    )
 
 
 def _read_state(weights: WeightsFile) -> dict[str, torch.Tensor]:
@@ -209,8 +236,9 @@ def _read_state(weights: WeightsFile) -> dict[str, torch.Tensor]:
     try:
         return dict(load_file(str(weights.path), device="cpu"))
     except Exception as err:  # safetensors raises its own error types for a bad file
-        raise PretrainedWeightsError(f"{weights.path}: cannot be read as a safetensors file "
-                                     f"({type(err).__name__}: {err})") from err
+        raise PretrainedWeightsError(
+            f"{weights.path}: cannot be read as a safetensors file ({type(err).__name__}: {err})"
+        ) from err
 
 
 def check_timm_pretrained(name: str, spec: Any, sha256: str | None = None) -> None:
@@ -218,15 +246,19 @@ def check_timm_pretrained(name: str, spec: Any, sha256: str | None = None) -> No
     the project's own sources (``imagenet``, ``package``, a pretraining stage), or ``weights_sha256`` with
     ``pretrained: timm``."""
     if spec == TIMM_CACHE and sha256:
-        raise PretrainedWeightsError(f"training.backbone: {name}: weights_sha256 applies to local paths; "
-                                     f"timm's cache files are checked against their own hashes")
-    own_source = isinstance(spec, str) and (spec in ("imagenet", "package", *PRETRAINING_SOURCES)
-                                            or spec.startswith("imagenet:"))
+        raise PretrainedWeightsError(
+            f"training.backbone: {name}: weights_sha256 applies to local paths; "
+            f"timm's cache files are checked against their own hashes"
+        )
+    own_source = isinstance(spec, str) and (
+        spec in ("imagenet", "package", *PRETRAINING_SOURCES) or spec.startswith("imagenet:")
+    )
     if own_source or spec is True:
         raise PretrainedWeightsError(
             f"training.backbone: {name}: pretrained: {spec!r} is not a source of a timm model's weights; it "
             f"takes null/false (random init), 'timm' (timm's cache: the tag in the name, e.g. "
-            f"timm:resnet18.a1_in1k, else the model's default weights), or a local weights file")
+            f"timm:resnet18.a1_in1k, else the model's default weights), or a local weights file"
+        )
 
 
 def _weights_file(name: str, model: nn.Module, spec: Any, sha256: str | None) -> WeightsFile | None:
@@ -238,6 +270,7 @@ def _weights_file(name: str, model: nn.Module, spec: Any, sha256: str | None) ->
 
 
 # --- stages -----------------------------------------------------------------------------------------------
+
 
 class _TimmPart(nn.Module):
     """Runs one method of a shallow copy of a timm model that holds only some of its children."""
@@ -270,8 +303,13 @@ def _part(model: nn.Module, children: list[str], with_own_tensors: bool) -> nn.M
     part._parameters = OrderedDict(model._parameters) if with_own_tensors else OrderedDict()
     part._buffers = OrderedDict(model._buffers) if with_own_tensors else OrderedDict()
     part._non_persistent_buffers_set = set(model._non_persistent_buffers_set) if with_own_tensors else set()
-    for hooks in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_state_dict_hooks",
-                  "_load_state_dict_pre_hooks"):
+    for hooks in (
+        "_forward_hooks",
+        "_forward_pre_hooks",
+        "_backward_hooks",
+        "_state_dict_hooks",
+        "_load_state_dict_pre_hooks",
+    ):
         if hasattr(part, hooks):
             setattr(part, hooks, OrderedDict())
     return part
@@ -313,8 +351,9 @@ def _check_input(model: nn.Module) -> torch.Tensor:
 
 
 def _same(a: Any, b: Any) -> bool:
-    return (torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape
-            and torch.allclose(a, b, rtol=1e-4, atol=1e-5))
+    return (
+        torch.is_tensor(a) and torch.is_tensor(b) and a.shape == b.shape and torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+    )
 
 
 def _run(stages: Mapping[str, nn.Module], x: torch.Tensor) -> OrderedDict[str, torch.Tensor]:
@@ -325,8 +364,9 @@ def _run(stages: Mapping[str, nn.Module], x: torch.Tensor) -> OrderedDict[str, t
     return outputs
 
 
-def _sequential_stages(model: nn.Module, head: nn.Module, x: torch.Tensor, features: torch.Tensor,
-                       pooled: torch.Tensor) -> OrderedDict[str, nn.Module] | None:
+def _sequential_stages(
+    model: nn.Module, head: nn.Module, x: torch.Tensor, features: torch.Tensor, pooled: torch.Tensor
+) -> OrderedDict[str, nn.Module] | None:
     """Named stages from ``feature_info`` (+ the rest of ``forward_features``, + ``pool``), or None when the
     model does not run as that sequence of modules (checked on ``x`` against ``features`` and ``pooled``)."""
     info = getattr(model, "feature_info", None)
@@ -347,7 +387,7 @@ def _sequential_stages(model: nn.Module, head: nn.Module, x: torch.Tensor, featu
         if name in channels:
             stages[name.replace(".", "_")] = nn.Sequential(OrderedDict((n.replace(".", "_"), m) for n, m in group))
             group = []
-    leftover = units[last + 1:]
+    leftover = units[last + 1 :]
     with torch.no_grad(), _calls(leftover) as called:
         cast(_TimmForwards, model).forward_features(x)
     tail = [(n, m) for n, m in leftover if n in called]
@@ -377,8 +417,9 @@ def _channels(output: torch.Tensor) -> int:
     return int(output.shape[-1] if output.ndim == 3 else output.shape[1])
 
 
-def build_timm_backbone(name: str, pretrained: Any = None, weights_sha256: str | None = None,
-                        pooling: str | None = None) -> StagedBackbone:
+def build_timm_backbone(
+    name: str, pretrained: Any = None, weights_sha256: str | None = None, pooling: str | None = None
+) -> StagedBackbone:
     """A timm model as named stages: ``feature_info``'s stages (+ the rest of ``forward_features``), ``pool``.
 
     Args:
@@ -398,8 +439,9 @@ def build_timm_backbone(name: str, pretrained: Any = None, weights_sha256: str |
     if pooling not in (None, "avg", "max"):
         raise ValueError(f"training.backbone.pooling must be 'avg', 'max' or null (the model's own), got {pooling!r}")
     timm = _timm()
-    model = timm.create_model(model_name, pretrained=False, num_classes=0,
-                              **({"global_pool": pooling} if pooling is not None else {}))
+    model = timm.create_model(
+        model_name, pretrained=False, num_classes=0, **({"global_pool": pooling} if pooling is not None else {})
+    )
     weights = _weights_file(name, model, pretrained, weights_sha256)
     if weights is not None:
         load_state(model, _read_state(weights), _layout(name, model), str(weights.path))
@@ -414,19 +456,24 @@ def build_timm_backbone(name: str, pretrained: Any = None, weights_sha256: str |
             pooled = model.forward_head(features, pre_logits=True)
     head_children = sorted(set(in_head))
     if set(head_children) & set(in_features) or pooled.ndim != 2:
-        raise ValueError(f"training.backbone.name = {name!r}: this timm model cannot be split into features and "
-                         f"pooling (its head reuses feature layers or does not return a vector)")
+        raise ValueError(
+            f"training.backbone.name = {name!r}: this timm model cannot be split into features and "
+            f"pooling (its head reuses feature layers or does not return a vector)"
+        )
     head = _TimmPart(_part(model, head_children, with_own_tensors=False), "forward_head")
     stages = _sequential_stages(model, head, x, features, pooled)
     if stages is None:
         rest = [n for n, _ in children if n not in head_children]
-        stages = OrderedDict(features=_TimmPart(_part(model, rest, with_own_tensors=True), "forward_features"),
-                             pool=head)
+        stages = OrderedDict(
+            features=_TimmPart(_part(model, rest, with_own_tensors=True), "forward_features"), pool=head
+        )
         with torch.no_grad():
             outputs = _run(stages, x)
         if not _same(outputs["pool"], pooled):
-            raise ValueError(f"training.backbone.name = {name!r}: this timm model cannot be split into features "
-                             f"and pooling (its forward pass uses more than its layers)")
+            raise ValueError(
+                f"training.backbone.name = {name!r}: this timm model cannot be split into features "
+                f"and pooling (its forward pass uses more than its layers)"
+            )
     else:
         with torch.no_grad():
             outputs = _run(stages, x)

@@ -139,7 +139,7 @@ def renamed_prefixes(prefixes: Mapping[str, str]) -> Callable[[str], str]:
     def checkpoint_key(key: str) -> str:
         for ours, theirs in prefixes.items():
             if key.startswith(ours):
-                return theirs + key[len(ours):]
+                return theirs + key[len(ours) :]
         return key
 
     return checkpoint_key
@@ -158,8 +158,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def imagenet_remote(spec: str, layout: WeightLayout,
-                    key: str = "training.backbone.pretrained") -> tuple[str, RemoteFile]:
+def imagenet_remote(
+    spec: str, layout: WeightLayout, key: str = "training.backbone.pretrained"
+) -> tuple[str, RemoteFile]:
     """``(variant, published file)`` of an ``imagenet[:VARIANT]`` spec; plain ``imagenet`` is the first variant.
 
     ``key`` is where the spec came from, for the error message (a params key or a CLI option).
@@ -230,8 +231,9 @@ def _pretraining_file(source: str, layout: WeightLayout) -> WeightsFile:
         )
     expected = sidecar.read_text().strip().lower()
     if not _SHA256.fullmatch(expected):
-        raise PretrainedWeightsError(f"{sidecar}: not a sha256 ({expected[:80]!r}); delete {path.parent} and rerun "
-                                     "the pretraining stage")
+        raise PretrainedWeightsError(
+            f"{sidecar}: not a sha256 ({expected[:80]!r}); delete {path.parent} and rerun the pretraining stage"
+        )
     return WeightsFile(path, expected, f"pretrained: {source}")
 
 
@@ -360,8 +362,11 @@ def load_state(module: nn.Module, checkpoint: Mapping[str, torch.Tensor], layout
             mis_shaped.append(f"{key} {tuple(tensor.shape)} vs {tuple(target.shape)}")
             continue
         renamed[wanted[key]] = tensor
-    missing = [theirs for theirs, ours in wanted.items()
-               if theirs not in checkpoint and not ours.endswith("num_batches_tracked")]
+    missing = [
+        theirs
+        for theirs, ours in wanted.items()
+        if theirs not in checkpoint and not ours.endswith("num_batches_tracked")
+    ]
     if missing or unexpected or mis_shaped:
         example = next(iter(wanted))
         raise PretrainedWeightsError(

@@ -81,8 +81,13 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
             picture = images[r].permute(1, 2, 0).clamp(0, 1).numpy()
             axes[r, 0].imshow(picture)
             for c, name in enumerate(names, start=1):
-                heat = F.interpolate(maps[name][r][None, None].float(), size=size, mode="bilinear",
-                                     align_corners=False)[0, 0].clamp(0, 1).numpy()
+                heat = (
+                    F.interpolate(maps[name][r][None, None].float(), size=size, mode="bilinear", align_corners=False)[
+                        0, 0
+                    ]
+                    .clamp(0, 1)
+                    .numpy()
+                )
                 axes[r, c].imshow(picture)
                 axes[r, c].imshow(heat, cmap="jet", alpha=0.5, vmin=0, vmax=1)
                 if r == 0:
@@ -92,4 +97,3 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
         axes[0, 0].set_title("image", fontsize=8)
         fig.suptitle(_plain(spec.get("title") or f"Attention maps: {method_label(config, spec['method'])}"))
         _write_png(fig, out_png)
-

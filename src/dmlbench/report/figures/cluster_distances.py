@@ -50,8 +50,9 @@ def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     return [run_file(spec["dataset"], m, seed, EMBEDDINGS_FILE) for m in spec["methods"]]
 
 
-def negative_pair_distances(embeddings: np.ndarray, labels: np.ndarray, clusters: np.ndarray, draws: int,
-                            rng: np.random.Generator) -> dict[str, np.ndarray]:
+def negative_pair_distances(
+    embeddings: np.ndarray, labels: np.ndarray, clusters: np.ndarray, draws: int, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
     """Euclidean distances of sampled negative pairs, split by whether both ends share a cluster.
 
     Args:
@@ -86,16 +87,27 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
             arrays = load_embeddings_npz(path)
             x = np.ascontiguousarray(l2_normalise(np.asarray(arrays["embeddings"], dtype=np.float32)))
             clusters = kmeans_assignments(x, int(spec["clusters"]), KMEANS)
-            distances = negative_pair_distances(x, np.asarray(arrays["labels"]), clusters, PAIR_DRAWS,
-                                                np.random.default_rng(0))
+            distances = negative_pair_distances(
+                x, np.asarray(arrays["labels"]), clusters, PAIR_DRAWS, np.random.default_rng(0)
+            )
             for kind in KINDS:
                 if len(distances[kind]):
-                    _, _, patches = ax.hist(distances[kind], bins=BINS.tolist(), density=True, histtype="stepfilled",
-                                            alpha=0.45, color=_COLORS[kind])
+                    _, _, patches = ax.hist(
+                        distances[kind],
+                        bins=BINS.tolist(),
+                        density=True,
+                        histtype="stepfilled",
+                        alpha=0.45,
+                        color=_COLORS[kind],
+                    )
                     handles[kind] = cast(list, patches)[0]  # "stepfilled", one data set: [Polygon]
                     ax.axvline(float(distances[kind].mean()), color=_COLORS[kind], linewidth=1.0, linestyle="--")
-            ax.set(title=_plain(method_label(config, method)), xlabel="Euclidean distance (unit-norm embedding)",
-                   ylabel="density", xlim=(0, 2))
+            ax.set(
+                title=_plain(method_label(config, method)),
+                xlabel="Euclidean distance (unit-norm embedding)",
+                ylabel="density",
+                xlim=(0, 2),
+            )
         fig.suptitle(_plain(f"{title_of(config, spec)} (K = {spec['clusters']} clusters)"), wrap=True)
         kinds = [k for k in KINDS if k in handles]
         _save(fig, [handles[k] for k in kinds], [_LABELS[k] for k in kinds], out_png)

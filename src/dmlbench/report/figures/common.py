@@ -13,13 +13,15 @@ if TYPE_CHECKING:  # matplotlib is imported where a figure is drawn, not for the
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+
 def figure_seeds(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[int]:
     """The figure's ``seeds``, else the top-level ``seeds``."""
     return [int(s) for s in spec.get("seeds", config["seeds"])]
 
 
-def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str, *,
-                  trained: str | None = None) -> list[str]:
+def check_methods(
+    config: Mapping[str, Any], methods: Iterable[Any], where: str, *, trained: str | None = None
+) -> list[str]:
     """Every name is a defined method, named once; returns them as a list.
 
     Args:
@@ -37,12 +39,16 @@ def check_methods(config: Mapping[str, Any], methods: Iterable[Any], where: str,
         raise ConfigError(f"{where}: lists {repeated} more than once; name each method once")
     untrained = [m for m in methods if trained and not has_training(config, m)]
     if untrained:
-        raise ConfigError(f"{where}: methods {untrained} are not trained themselves (ensemble_members or "
-                          f"checkpoint_of), so they have no {trained}; name the method they come from")
+        raise ConfigError(
+            f"{where}: methods {untrained} are not trained themselves (ensemble_members or "
+            f"checkpoint_of), so they have no {trained}; name the method they come from"
+        )
     unlogged = [m for m in methods if trained == LOG_FILE and not logs_epochs(config, m)]
     if unlogged:
-        raise ConfigError(f"{where}: methods {unlogged} are reference rows (recipe: reference, no epochs), so "
-                          f"their {trained} is empty; leave them out")
+        raise ConfigError(
+            f"{where}: methods {unlogged} are reference rows (recipe: reference, no epochs), so "
+            f"their {trained} is empty; leave them out"
+        )
     return methods
 
 

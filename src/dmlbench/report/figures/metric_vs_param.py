@@ -53,12 +53,17 @@ def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     """Each run's metrics.json, and its per_query.npz when the metric has per-query values (the interval
     resamples the test queries)."""
     files = [METRICS_FILE, *([PER_QUERY_FILE] if DECOMPOSABLE.match(spec["metric"]) else [])]
-    return [run_file(spec["dataset"], m, s, name) for m in _methods(spec) for s in figure_seeds(config, spec)
-            for name in files]
+    return [
+        run_file(spec["dataset"], m, s, name)
+        for m in _methods(spec)
+        for s in figure_seeds(config, spec)
+        for name in files
+    ]
 
 
-def points(config: Mapping[str, Any], spec: Mapping[str, Any],
-           runs_dir: Path = RUNS_DIR) -> dict[str, tuple[float, float]]:
+def points(
+    config: Mapping[str, Any], spec: Mapping[str, Any], runs_dir: Path = RUNS_DIR
+) -> dict[str, tuple[float, float]]:
     """Each method's (mean, half-width of the 95 % interval) of the spec's metric, as a table of its runs prints
     the cell (displayed units, e.g. percent); methods whose runs do not all report the metric are left out."""
     from dmlbench.report.summary import summarise
@@ -89,14 +94,16 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
         for label, series in spec["series"].items():
             ordered = sorted(series.items(), key=lambda item: item[1])
             container = ax.errorbar(
-                [x for _, x in ordered], [found[m][0] for m, _ in ordered], yerr=[found[m][1] for m, _ in ordered],
-                capsize=3, **styles[label].line(),
+                [x for _, x in ordered],
+                [found[m][0] for m, _ in ordered],
+                yerr=[found[m][1] for m, _ in ordered],
+                capsize=3,
+                **styles[label].line(),
             )
             container.lines[0].set_gid(str(label))
             handles.append(container)
         if spec.get("x_log"):
             ax.set_xscale("log", base=2)
         ax.set_title(_plain(title_of(config, spec)), wrap=True)  # wrapped to the figure's width, never cut
-        ax.set(xlabel=_plain(spec["x_label"]),
-               ylabel=_plain(display.header + (" (%)" if display.scale == 100 else "")))
+        ax.set(xlabel=_plain(spec["x_label"]), ylabel=_plain(display.header + (" (%)" if display.scale == 100 else "")))
         _save(fig, handles, [_plain(str(label)) for label in labels], out_png, LEGEND_TITLE)

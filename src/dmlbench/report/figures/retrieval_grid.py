@@ -121,8 +121,9 @@ def choose_queries(query_labels: np.ndarray, count: int, seed: int) -> np.ndarra
     return np.concatenate([order[one_per_class], order[~one_per_class]])[:count].astype(np.int64)
 
 
-def retrieve(embeddings: np.ndarray, labels: np.ndarray, split: np.ndarray | None, queries: int, k: int,
-             query_seed: int) -> Retrieval:
+def retrieve(
+    embeddings: np.ndarray, labels: np.ndarray, split: np.ndarray | None, queries: int, k: int, query_seed: int
+) -> Retrieval:
     """Choose ``queries`` queries (:func:`choose_queries`) and find each one's k nearest database items.
 
     Args:
@@ -139,8 +140,9 @@ def retrieve(embeddings: np.ndarray, labels: np.ndarray, split: np.ndarray | Non
     x = np.ascontiguousarray(l2_normalise(np.asarray(embeddings, dtype=np.float32)))
     task = build_task(np.asarray(labels), check_split(split, len(x)))
     if queries > len(task.query_rows):
-        raise ValueError(f"queries = {queries}, but only {len(task.query_rows)} queries have an item of their "
-                         f"class in the database")
+        raise ValueError(
+            f"queries = {queries}, but only {len(task.query_rows)} queries have an item of their class in the database"
+        )
     if k > task.database_size:
         raise ValueError(f"k = {k}, but a query is ranked against only {task.database_size} items")
     picked = choose_queries(task.query_labels, queries, query_seed)
@@ -157,8 +159,9 @@ def retrieve(embeddings: np.ndarray, labels: np.ndarray, split: np.ndarray | Non
     )
 
 
-def first_hit_ranks(x: np.ndarray, database: np.ndarray, task: RetrievalTask, picked: np.ndarray,
-                    correct: np.ndarray) -> np.ndarray:
+def first_hit_ranks(
+    x: np.ndarray, database: np.ndarray, task: RetrievalTask, picked: np.ndarray, correct: np.ndarray
+) -> np.ndarray:
     """(c,) int64 exact 1-based first-hit rank of the ``picked`` queries (positions in ``task.query_rows``):
     from their ``correct`` (c, k) flags, else by the evaluation's exhaustive count (c × G distances)."""
     ranks = np.where(correct.any(axis=1), correct.argmax(axis=1) + 1, 0).astype(np.int64)
@@ -176,8 +179,10 @@ def manifest_test_rows(manifest_path: Path, labels: np.ndarray, images_per_class
 
     rows = evaluation_rows(read_manifest(manifest_path), images_per_class)
     if len(rows) != len(labels) or not np.array_equal(rows["label"].to_numpy(), labels):
-        raise ValueError(f"{manifest_path}: its {len(rows)} test rows do not match the {len(labels)} rows of the "
-                         f"embeddings (labels differ): the run was embedded from another manifest; rebuild it")
+        raise ValueError(
+            f"{manifest_path}: its {len(rows)} test rows do not match the {len(labels)} rows of the "
+            f"embeddings (labels differ): the run was embedded from another manifest; rebuild it"
+        )
     return rows
 
 
@@ -201,13 +206,20 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
     npz_path, data_dir = inputs(config, spec)
     arrays = load_embeddings_npz(npz_path)
     try:
-        grid = retrieve(arrays["embeddings"], arrays["labels"], arrays.get("split"), setting(spec, "queries"),
-                        setting(spec, "k"), setting(spec, "query_seed"))
+        grid = retrieve(
+            arrays["embeddings"],
+            arrays["labels"],
+            arrays.get("split"),
+            setting(spec, "queries"),
+            setting(spec, "k"),
+            setting(spec, "query_seed"),
+        )
     except ValueError as err:
         raise ValueError(f"{out_png}: {npz_path}: {err}; lower it in the figure's spec") from err
     run = resolve_run(config, spec["dataset"], spec["method"], figure_seeds(config, spec)[0])
-    rows = manifest_test_rows(Path(data_dir) / MANIFEST_FILE, np.asarray(arrays["labels"]),
-                              training_settings(run).eval_images_per_class)
+    rows = manifest_test_rows(
+        Path(data_dir) / MANIFEST_FILE, np.asarray(arrays["labels"]), training_settings(run).eval_images_per_class
+    )
     paths, names = rows["path"].to_numpy(), rows["class_name"].to_numpy()
     n_rows, k = grid.neighbour_rows.shape
     with _style_context():
@@ -215,13 +227,22 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
         axes = fig.subplots(n_rows, k + 1, squeeze=False)
         for r, query in enumerate(grid.query_rows):
             draw_cell(axes[r, 0], paths[query], FRAME_COLORS["query"], "query" if r == 0 else None)
-            axes[r, 0].set_ylabel(_plain(f"{names[query]}\nfirst hit: rank {grid.first_hit_rank[r]}"), rotation=0,
-                                  ha="right", va="center", fontsize=8)
+            axes[r, 0].set_ylabel(
+                _plain(f"{names[query]}\nfirst hit: rank {grid.first_hit_rank[r]}"),
+                rotation=0,
+                ha="right",
+                va="center",
+                fontsize=8,
+            )
             for c, (row, correct) in enumerate(zip(grid.neighbour_rows[r], grid.correct[r], strict=True)):
                 color = FRAME_COLORS["hit" if correct else "miss"]
                 draw_cell(axes[r, c + 1], paths[row], color, f"{c + 1}" if r == 0 else None)
         seed = figure_seeds(config, spec)[0]
-        fig.suptitle(_plain(spec.get("title") or f"{title_of(config, spec)}: top-{k} retrieval, "
-                                                  f"{method_label(config, spec['method'])} (seed {seed})"))
+        fig.suptitle(
+            _plain(
+                spec.get("title")
+                or f"{title_of(config, spec)}: top-{k} retrieval, {method_label(config, spec['method'])} (seed {seed})"
+            )
+        )
         fig.supxlabel("frame: green = same class as the query, red = another class; columns: rank", fontsize=8)
         _write_png(fig, out_png)

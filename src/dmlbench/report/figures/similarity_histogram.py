@@ -42,7 +42,9 @@ def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
     return [run_file(spec["dataset"], m, seed, EMBEDDINGS_FILE) for m in spec["methods"]]
 
 
-def sample_pairs(labels: np.ndarray, positive: bool, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_pairs(
+    labels: np.ndarray, positive: bool, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``count`` random index pairs (i ≠ j) of the same class (``positive``) or of different classes.
 
     Args:
@@ -105,12 +107,20 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
             similarities = pair_similarities(load_embeddings_npz(path), np.random.default_rng(0))
             for kind in PAIR_KINDS:
                 if len(similarities[kind]):
-                    _, _, patches = ax.hist(similarities[kind], bins=BINS.tolist(), density=True, histtype="stepfilled",
-                                            alpha=0.45, color=_COLORS[kind], label=kind)
+                    _, _, patches = ax.hist(
+                        similarities[kind],
+                        bins=BINS.tolist(),
+                        density=True,
+                        histtype="stepfilled",
+                        alpha=0.45,
+                        color=_COLORS[kind],
+                        label=kind,
+                    )
                     handles[kind] = cast(list, patches)[0]  # "stepfilled", one data set: [Polygon]
                     ax.axvline(float(similarities[kind].mean()), color=_COLORS[kind], linewidth=1.0, linestyle="--")
-            ax.set(title=_plain(method_label(config, method)), xlabel="cosine similarity", ylabel="density",
-                   xlim=(-1, 1))
+            ax.set(
+                title=_plain(method_label(config, method)), xlabel="cosine similarity", ylabel="density", xlim=(-1, 1)
+            )
         fig.suptitle(_plain(title_of(config, spec)), wrap=True)
         kinds = [k for k in PAIR_KINDS if k in handles]
         _save(fig, [handles[k] for k in kinds], [f"{k} pairs" for k in kinds], out_png)

@@ -15,7 +15,14 @@ from dmlbench.config import ConfigError, resolve_run
 from dmlbench.layout import LOG_FILE, run_file
 from dmlbench.report.collect import RunDir, load_logs
 from dmlbench.report.plots import (
-    CURVES_LEGEND_TITLE, LEGEND_HEIGHT, PANEL_HEIGHT, PANEL_WIDTH, _curve, _plain, _save, _style_context,
+    CURVES_LEGEND_TITLE,
+    LEGEND_HEIGHT,
+    PANEL_HEIGHT,
+    PANEL_WIDTH,
+    _curve,
+    _plain,
+    _save,
+    _style_context,
 )
 from dmlbench.report.styles import Styles
 
@@ -26,8 +33,10 @@ from .common import check_methods, figure_seeds, method_label, require, title_of
 #: resolved ``training`` logs it, the setting that turns it on).
 LOGGED_WHEN: dict[str, tuple[Callable[[Mapping[str, Any]], bool], str]] = {
     "train_R@1": (lambda training: bool(training.get("log_train_recall")), "training.log_train_recall: true"),
-    "test_R@1": (lambda training: training["selection"] == "test" or bool(training.get("log_test_recall")),
-                 "training.log_test_recall: true"),
+    "test_R@1": (
+        lambda training: training["selection"] == "test" or bool(training.get("log_test_recall")),
+        "training.log_test_recall: true",
+    ),
 }
 
 
@@ -41,9 +50,11 @@ def check(config: Mapping[str, Any], spec: Mapping[str, Any], where: str) -> Non
     for column, (logged, setting) in LOGGED_WHEN.items():
         silent = [method for method, training in trainings.items() if column in columns and not logged(training)]
         if silent:
-            raise ConfigError(f"{where}.columns names {column!r}, but {silent} do not log it on {spec['dataset']}, "
-                              f"so their curves would be missing from its panel: set {setting} for them, or drop "
-                              f"the column")
+            raise ConfigError(
+                f"{where}.columns names {column!r}, but {silent} do not log it on {spec['dataset']}, "
+                f"so their curves would be missing from its panel: set {setting} for them, or drop "
+                f"the column"
+            )
 
 
 def inputs(config: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
@@ -71,10 +82,14 @@ def render(config: Mapping[str, Any], spec: Mapping[str, Any], out_png: Path) ->
                 runs = logs[(logs["method"] == method) & logs[column].notna()]
                 if not runs.empty:
                     handles[method] = _curve(ax, runs, column, scale, styles[method], mark)
-            ax.set(title=_plain(column), xlabel="epoch",
-                   ylabel=_plain(column + (" (%)" if scale == 100 else "")))
+            ax.set(title=_plain(column), xlabel="epoch", ylabel=_plain(column + (" (%)" if scale == 100 else "")))
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.suptitle(_plain(title_of(config, spec)), wrap=True)  # wrapped to the figure's width, never cut
         plotted = [m for m in methods if m in handles]
-        _save(fig, [handles[m] for m in plotted], [_plain(method_label(config, m)) for m in plotted], out_png,
-              CURVES_LEGEND_TITLE)
+        _save(
+            fig,
+            [handles[m] for m in plotted],
+            [_plain(method_label(config, m)) for m in plotted],
+            out_png,
+            CURVES_LEGEND_TITLE,
+        )
