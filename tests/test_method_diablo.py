@@ -294,11 +294,11 @@ def test_attention_entropy_ratio_hand_checked():
     uniform = torch.full((2, 4, 3, 2, 2), 0.25)
     one_hot = F.one_hot(torch.randint(0, 4, (2, 3, 2, 2)), 4).permute(0, 4, 1, 2, 3).float()
     halves = torch.tensor([0.5, 0.5, 0.0, 0.0]).reshape(1, 4, 1, 1, 1).expand(2, 4, 1, 3, 3)
-    assert attention_entropy_ratio(uniform) == pytest.approx(1.0)
-    assert attention_entropy_ratio(one_hot) == pytest.approx(0.0)
-    assert attention_entropy_ratio(halves) == pytest.approx(0.5)
+    assert float(attention_entropy_ratio(uniform)) == pytest.approx(1.0)
+    assert float(attention_entropy_ratio(one_hot)) == pytest.approx(0.0)
+    assert float(attention_entropy_ratio(halves)) == pytest.approx(0.5)
     mixed = torch.cat([uniform[:1, :, :1], one_hot[:1, :, :1]])  # one image of each: mean of 1 and 0
-    assert attention_entropy_ratio(mixed) == pytest.approx(0.5)
+    assert float(attention_entropy_ratio(mixed)) == pytest.approx(0.5)
 
 
 def test_dictionary_usage_hand_checked():
@@ -510,7 +510,9 @@ def test_health_numbers_are_those_of_the_training_batches(params):
     with torch.no_grad():
         attention = torch.cat([model.attend(images)[0] for images in batches])
     logged = recipe.epoch_log()
-    assert logged["health/attention_entropy_ratio"] == pytest.approx(attention_entropy_ratio(attention), rel=1e-5)
+    assert logged["health/attention_entropy_ratio"] == pytest.approx(
+        float(attention_entropy_ratio(attention)), rel=1e-5
+    )
     assert logged["health/dictionary_usage"] == pytest.approx(dictionary_usage(attention), rel=1e-5)
     restored = build_recipe(diablo_run(params, selection="feature"))
     restored.load_state_dict(recipe.state_dict())  # resumed after the last epoch: the summary survives

@@ -62,6 +62,7 @@ from dmlbench.losses import build_loss
 from dmlbench.losses.abe_divergence import ABELoss
 from dmlbench.methods.base import Recipe, TrainContext
 from dmlbench.methods.health import HEALTH_PREFIX, HealthCheck
+from dmlbench.methods.term_sums import TermSums
 from dmlbench.models.abe import MASK_WEIGHT_GAIN, OPEN_MASK_BIAS, AttentionEnsemble, HeadsEnsemble
 from dmlbench.models.backbones import build_backbone
 
@@ -192,7 +193,7 @@ class ABERecipe(Recipe):
                 f"{self.options.divergence_weight}; shorten the warm-up (0: none)"
             )
         self.learner_dim = dim // learners
-        self._sums: dict[str, float] = {}
+        self._sums = TermSums()
         self._batches = 0
         self._epoch = 1
         self._batches_per_epoch: int | None = None
@@ -283,18 +284,19 @@ class ABERecipe(Recipe):
         loss.divergence_weight = self.divergence_weight()
         value = loss(embeddings, labels)
         terms.update(loss.last_terms, divergence_weight=loss.divergence_weight)
-        if self.options.learners > 1:
-            terms["self_similarity"] = self_pair_similarity(
-                embeddings.detach().float().cpu().numpy(), model.learner_slices
-            )
         for key, term in terms.items():
-            self._sums[key] = self._sums.get(key, 0.0) + float(term)
+            self._sums.add(key, term)
+        if self.options.learners > 1:
+            slices = model.learner_slices
+            self._sums.add_host(
+                (embeddings.float(),), lambda batch: {"self_similarity": self_pair_similarity(batch.numpy(), slices)}
+            )
         self._batches += 1
         return value
 
     # --- epoch hooks ----------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
-        self._sums, self._batches, self._epoch = {}, 0, epoch
+        self._sums, self._batches, self._epoch = TermSums(), 0, epoch
 
     def epoch_log(self) -> dict[str, float]:
         """Means over the epoch's batches: ``metric_loss`` (Σ_m L_metric,(m)), ``divergence_loss``
@@ -310,7 +312,7 @@ class ABERecipe(Recipe):
             "mask_mean": f"{HEALTH_PREFIX}mask_mean",
             "mask_std": f"{HEALTH_PREFIX}mask_std",
         }
-        row = {names[k]: v / max(self._batches, 1) for k, v in self._sums.items()}
+        row = {names[k]: v for k, v in self._sums.means(self._batches).items()}
         self._last_health = {k: v for k, v in row.items() if k.startswith(HEALTH_PREFIX)}
         return row
 

@@ -140,15 +140,18 @@ MIN_DICTIONARY_USAGE = 0.5
 MAX_SELF_SIMILARITY = 0.9
 
 
-def attention_entropy_ratio(attention: torch.Tensor) -> float:
+def attention_entropy_ratio(attention: torch.Tensor) -> torch.Tensor:
     """Mean over images, positions (and channels) of H(A) / ln N, in [0, 1]; 1 = uniform attention.
 
     Args:
         attention: (B, N, 1 or c, h, w) weights summing to 1 over axis 1, N ≥ 2.
+
+    Returns:
+        0-d tensor on the attention's device (reading it waits for the device).
     """
     n = attention.shape[1]
     entropy = -torch.special.xlogy(attention, attention).sum(dim=1)  # (B, rows, h, w), in nats
-    return float(entropy.mean() / math.log(n))
+    return entropy.mean() / math.log(n)
 
 
 def assignment_usage(mean_assignment: torch.Tensor) -> float:
@@ -167,17 +170,18 @@ def dictionary_usage(attention: torch.Tensor) -> float:
 
 
 class AttentionStatistics:
-    """Running attention statistics over the batches of one epoch (for the health numbers)."""
+    """Running attention statistics over the batches of one epoch (for the health numbers), kept on the
+    attention's device in float64 so that a training step never waits for the GPU; read by :meth:`health`."""
 
     def __init__(self) -> None:
-        self.entropy_sum = 0.0
+        self.entropy_sum: torch.Tensor | float = 0.0
         self.assignment_sum: torch.Tensor | None = None
         self.batches = 0
 
     def add(self, attention: torch.Tensor) -> None:
         """Add one batch's (B, N, 1 or c, h, w) attention (equal-sized batches weigh equally)."""
-        self.entropy_sum += attention_entropy_ratio(attention)
-        mean = attention.double().mean(dim=(0, 2, 3, 4)).cpu()
+        self.entropy_sum = self.entropy_sum + attention_entropy_ratio(attention).double()
+        mean = attention.double().mean(dim=(0, 2, 3, 4))
         self.assignment_sum = mean if self.assignment_sum is None else self.assignment_sum + mean
         self.batches += 1
 
@@ -187,7 +191,7 @@ class AttentionStatistics:
         if self.assignment_sum is None:
             return {"health/attention_entropy_ratio": math.nan, "health/dictionary_usage": math.nan}
         return {
-            "health/attention_entropy_ratio": self.entropy_sum / self.batches,
+            "health/attention_entropy_ratio": float(self.entropy_sum) / self.batches,
             "health/dictionary_usage": assignment_usage(self.assignment_sum / self.batches),
         }
 

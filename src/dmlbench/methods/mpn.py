@@ -58,6 +58,7 @@ from dmlbench.methods.mpn_batches import (
     refine_in_batches,
 )
 from dmlbench.methods.options import OptionsError, parse_options
+from dmlbench.methods.term_sums import TermSums
 from dmlbench.models.backbones import build_backbone
 from dmlbench.models.mpn import MessagePassingNetwork, MPNEmbedder
 from dmlbench.models.embedding import compute_embeddings
@@ -114,6 +115,11 @@ def attention_health(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, fl
         "self_attention": float(alpha.diagonal(dim1=-2, dim2=-1).mean()),
         "attention_score_std": float(scores.std(dim=-1).mean()),
     }
+
+
+def _health_terms(scores: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """:func:`attention_health` with the ``health/`` prefix: the MPN recipe's per-batch log terms."""
+    return {HEALTH_PREFIX + name: value for name, value in attention_health(scores, labels).items()}
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,8 @@ class MPNRecipe(Recipe):
             raise OptionsError(
                 f"{where}.options.heads = {self.options.heads} must divide training.embedding_dim = {dim}"
             )
-        self._terms: dict[str, list[float]] = {}
+        self._terms = TermSums()
+        self._batches = 0
         self._last_epoch: dict[str, float] = {}
         self._mpn_parameters = 0
 
@@ -266,22 +273,22 @@ class MPNRecipe(Recipe):
         features = model.features(images)
         refined = model.refine(F.normalize(features, dim=-1).unsqueeze(0)).squeeze(0) if loss.uses_mpn else None
         value = loss(features, refined, labels)
-        terms = {name: float(term) for name, term in loss.last_terms.items()}
+        for name, term in loss.last_terms.items():
+            self._terms.add(name, term)
         if loss.uses_mpn:
             scores = cast(MessagePassingNetwork, model.mpn).last_attention_scores()
-            terms.update({HEALTH_PREFIX + k: v for k, v in attention_health(scores, labels).items()})
-        for name, term in terms.items():
-            self._terms.setdefault(name, []).append(term)
+            self._terms.add_host((scores, labels), _health_terms)
+        self._batches += 1
         return value
 
     # --- epoch hooks ----------------------------------------------------------------------
     def on_epoch_start(self, epoch: int, model: nn.Module, context: TrainContext) -> None:
-        self._terms = {}
+        self._terms, self._batches = TermSums(), 0
 
     def epoch_log(self) -> dict[str, float]:
         """Epoch means over the batches: the unweighted cross-entropies ``mpn_ce`` and/or ``aux_ce`` and,
         when the MPN is trained, the ``health/`` numbers of :func:`attention_health` (all steps and heads)."""
-        self._last_epoch = {name: float(np.mean(values)) for name, values in self._terms.items()}
+        self._last_epoch = self._terms.means(self._batches)
         return dict(self._last_epoch)
 
     def summary(self) -> dict[str, float]:
