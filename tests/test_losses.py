@@ -512,7 +512,7 @@ def test_registry_builds_with_parameters_and_coerces_ints():
     ("config", "pattern"),
     [
         ({"margin": 0.2}, r"missing the key 'name'.*contrastive"),
-        ({"name": "lifted"}, r"'lifted'.*allowed names: contrastive, triplet"),
+        ({"name": "lifted"}, r"unknown loss name 'lifted'; known: \['binomial', 'contrastive'.*'pml:<LossClass>'"),
         ({"name": "triplet", "alpha": 0.2}, r"'alpha'.*allowed: margin, squared"),
         ({"name": "triplet", "margin": "0.2"}, r"'margin' must be a float"),
         ({"name": "binomial", "alpha": True}, r"'alpha' must be a float"),

@@ -93,5 +93,5 @@ def test_the_registrys_test_time_options_are_the_recipes(name):
 
 
 def test_an_unknown_recipe_still_lists_the_known_ones():
-    with pytest.raises(KeyError, match=r"recipe 'nope' is unknown; known: \['abe'"):
+    with pytest.raises(KeyError, match=r"unknown recipe 'nope'; known: \['abe'"):
         recipe_test_time_options("nope")

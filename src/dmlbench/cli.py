@@ -27,6 +27,7 @@ Any error ends a command with one line on stderr and exit status 2 (Ctrl-C: one 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.abc
 import importlib.util
 import os
@@ -35,7 +36,7 @@ from collections.abc import Callable, Sequence
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dmlbench import __version__
 from dmlbench.catalog import KINDS, catalog, plain_text
@@ -45,6 +46,9 @@ from dmlbench.layout import CHECKPOINT_FILE, EMBEDDINGS_FILE, PER_QUERY_FILE, RU
 from dmlbench.names import name_argument
 from dmlbench.params import load_config
 from dmlbench.paths import contained
+
+if TYPE_CHECKING:
+    from dmlbench.settings import EvaluationSettings
 
 TUNING_DIR = Path("results/tuning")
 PLOTS_DIR = Path("results/plots")
@@ -228,49 +232,42 @@ def cmd_embed(args: argparse.Namespace) -> None:
     print(f"embedded {embed_run(checkpoint, manifest, out, run=run)}")
 
 
-#: evaluation settings without --dataset (the params' defaults).
-EVALUATION_DEFAULTS: dict[str, Any] = {
-    "recall_ks": [1, 2, 4, 8],
-    "chunk_size": 4096,
-    "kmeans": {"seed": 0, "niter": 100, "nredo": 1},
-}
+#: ``dmlbench evaluate``'s K-means options → the :class:`~dmlbench.settings.KMeansSettings` field each sets.
+KMEANS_OPTIONS = {"kmeans_seed": "seed", "kmeans_niter": "niter", "kmeans_nredo": "nredo"}
 
 
-def _evaluation_settings(args: argparse.Namespace) -> dict:
-    """Recall@K list, kNN chunk size and K-means settings: the options given on the command line,
-    else (with ``--dataset``) ``datasets.D.recall_ks`` and the ``evaluation`` params section, else
-    :data:`EVALUATION_DEFAULTS`. Reading them from the params at run time keeps a DVC stage's fixed
+def _evaluation_settings(args: argparse.Namespace) -> tuple[list[int], EvaluationSettings]:
+    """Recall@K list and the evaluation settings (kNN chunk size, K-means): the options given on the command
+    line, else (with ``--dataset``) ``datasets.D.recall_ks`` and the ``evaluation`` params section, else the
+    defaults of :mod:`dmlbench.settings`. Reading them from the params at run time keeps a DVC stage's fixed
     command right after ``dvc exp run -S evaluation.…``."""
-    settings = {**EVALUATION_DEFAULTS, "kmeans": dict(EVALUATION_DEFAULTS["kmeans"])}
+    from dmlbench.settings import DEFAULT_RECALL_KS, EvaluationSettings, parse_dataclass
+
+    recall_ks, settings = list(DEFAULT_RECALL_KS), EvaluationSettings()
     if args.dataset is not None:
         config = load_config(args.config)
-        evaluation = section(config, "evaluation")
-        settings.update(
-            recall_ks=list(section(config, "datasets", args.dataset, "recall_ks")),
-            chunk_size=evaluation["chunk_size"],
-            kmeans=dict(evaluation["kmeans"]),
-        )
-    for option, key in (("kmeans_seed", "seed"), ("kmeans_niter", "niter"), ("kmeans_nredo", "nredo")):
-        if getattr(args, option) is not None:
-            settings["kmeans"][key] = getattr(args, option)
-    for option in ("recall_ks", "chunk_size"):
-        if getattr(args, option) is not None:
-            settings[option] = getattr(args, option)
-    return settings
+        recall_ks = list(section(config, "datasets", args.dataset, "recall_ks"))
+        settings = parse_dataclass(EvaluationSettings, section(config, "evaluation"), "evaluation")
+    kmeans = {key: getattr(args, option) for option, key in KMEANS_OPTIONS.items() if getattr(args, option) is not None}
+    settings = dataclasses.replace(
+        settings,
+        kmeans=dataclasses.replace(settings.kmeans, **kmeans),
+        chunk_size=settings.chunk_size if args.chunk_size is None else args.chunk_size,
+    )
+    return (recall_ks if args.recall_ks is None else args.recall_ks), settings
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from dmlbench.evaluation import KMeansSettings, evaluate_file
+    from dmlbench.evaluation import evaluate_file
 
-    settings = _evaluation_settings(args)
-    kmeans = KMeansSettings(**settings["kmeans"])
+    recall_ks, settings = _evaluation_settings(args)
     per_query = Path(args.per_query) if args.per_query else Path(args.out).parent / PER_QUERY_FILE
     metrics = evaluate_file(
         args.embeddings,
         args.out,
-        settings["recall_ks"],
-        kmeans=kmeans,
-        chunk_size=settings["chunk_size"],
+        recall_ks,
+        kmeans=settings.kmeans,
+        chunk_size=settings.chunk_size,
         per_query_path=per_query,
     )
     shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if "/" not in k and k[:2] in ("R@", "NM", "MA"))
@@ -474,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_parse_threads, default=None, help="CPU threads for torch and faiss")
     p.set_defaults(func=cmd_embed)
 
+    from dmlbench.settings import DEFAULT_RECALL_KS, EvaluationSettings
+
+    evaluation = EvaluationSettings()  # the defaults the help names
     p = sub.add_parser("evaluate", help="Recall@K, NMI, MAP@R, R-precision of an embeddings .npz")
     p.add_argument("embeddings", help=".npz with embeddings, labels[, split, learner_slices]")
     p.add_argument("--out", required=True, help="metrics JSON")
@@ -484,24 +484,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="read the settings below from the params: datasets.DATASET.recall_ks and the "
         "'evaluation' section (an option given here still wins)",
     )
-    p.add_argument("--recall-ks", type=_parse_ks, help="e.g. 1,2,4,8 (default 1,2,4,8)")
+    p.add_argument(
+        "--recall-ks", type=_parse_ks, help=f"e.g. 1,2,4,8 (default {','.join(map(str, DEFAULT_RECALL_KS))})"
+    )
     p.add_argument(
         "--kmeans-seed",
         type=_integer_at_least(0, "a K-means seed"),
-        help="seed of the K-means clustering behind NMI (default 0)",
+        help=f"seed of the K-means clustering behind NMI (default {evaluation.kmeans.seed})",
     )
     p.add_argument(
-        "--kmeans-niter", type=_integer_at_least(1, "K-means iterations"), help="K-means iterations (default 100)"
+        "--kmeans-niter",
+        type=_integer_at_least(1, "K-means iterations"),
+        help=f"K-means iterations (default {evaluation.kmeans.niter})",
     )
     p.add_argument(
         "--kmeans-nredo",
         type=_integer_at_least(1, "K-means restarts"),
-        help="K-means restarts; the best objective is kept (default 1)",
+        help=f"K-means restarts; the best objective is kept (default {evaluation.kmeans.nredo})",
     )
     p.add_argument(
         "--chunk-size",
         type=_integer_at_least(1, "queries per chunk"),
-        help="queries per kNN search chunk (default 4096)",
+        help=f"queries per kNN search chunk (default {evaluation.chunk_size})",
     )
     with_config(p)
     p.set_defaults(func=cmd_evaluate)
@@ -604,11 +608,11 @@ def _input_files(args: argparse.Namespace | None) -> list[str]:
 def error_line(err: Exception, args: argparse.Namespace | None) -> str:
     """The one line that reports ``err`` to the user.
 
-    The project's errors, ``ValueError`` and ``OSError`` say what is wrong themselves. A ``KeyError`` names
-    only the key, so the line names the files the command read. Any other type is unexpected: the line
+    The project's errors (an unknown registry name too), ``ValueError`` and ``OSError`` say what is wrong
+    themselves. Another ``KeyError`` names only the key, so the line names the files the command read. Any other type is unexpected: the line
     says how to see its traceback.
     """
-    if isinstance(err, KeyError):
+    if isinstance(err, KeyError) and not isinstance(err, DmlbenchError):
         key = err.args[0] if err.args else None
         return (
             f"missing entry {key!r} in one of this command's inputs ({', '.join(_input_files(args))}): a file "

@@ -27,6 +27,8 @@ T = TypeVar("T")
 
 #: faiss' largest K-means seed (its seed is a 32-bit signed int).
 FAISS_MAX_SEED = 2**31 - 1
+#: Recall@K's K values where no dataset's ``recall_ks`` applies (``dmlbench evaluate`` without ``--dataset``).
+DEFAULT_RECALL_KS: tuple[int, ...] = (1, 2, 4, 8)
 
 
 class SettingsError(DmlbenchError, ValueError):
@@ -336,15 +338,16 @@ class KMeansSettings:
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationSettings:
-    """The ``evaluation`` section.
+    """The ``evaluation`` section (``EvaluationSettings()``: the defaults, as ``dmlbench evaluate`` without
+    ``--dataset`` uses them).
 
     Attributes:
         chunk_size: query rows per block of the kNN search.
         kmeans: the NMI's K-means.
     """
 
-    chunk_size: int
-    kmeans: KMeansSettings
+    chunk_size: int = 4096
+    kmeans: KMeansSettings = dataclasses.field(default_factory=KMeansSettings)
 
 
 def training_settings(run: Mapping[str, Any]) -> TrainingSettings:

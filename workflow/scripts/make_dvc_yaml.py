@@ -338,17 +338,18 @@ def subcommand(command: str) -> str:
 @functools.cache
 def registries() -> dict[str, tuple[str, dict[str, str]]]:
     """The registries whose entries a run names, each as ``kind → (registry module, {name → module of the
-    entry})``, read from the registries themselves: ``methods.RECIPES`` (a recipe's ``module:class``), the
-    losses' and ``models.backbones.BACKBONES`` (each entry's ``__module__``)."""
+    entry})``, read from the registries themselves (:meth:`dmlbench.registry.Registry.module_of`, which imports
+    no recipe): ``methods.RECIPES``, ``losses.registry.LOSS_CLASSES`` and ``models.backbones.BACKBONES``."""
     from dmlbench.losses import registry as losses
     from dmlbench.methods import RECIPES
     from dmlbench.models.backbones import BACKBONES
 
-    return {
-        "recipe": ("dmlbench.methods", {name: target.partition(":")[0] for name, target in RECIPES.items()}),
-        "loss": (losses.__name__, {name: cls.__module__ for name, cls in losses.LOSS_CLASSES.items()}),
-        "backbone": ("dmlbench.models.backbones", {name: build.__module__ for name, build in BACKBONES.items()}),
+    tables = {
+        "recipe": ("dmlbench.methods", RECIPES),
+        "loss": (losses.__name__, losses.LOSS_CLASSES),
+        "backbone": ("dmlbench.models.backbones", BACKBONES),
     }
+    return {kind: (module, {name: table.module_of(name) for name in table}) for kind, (module, table) in tables.items()}
 
 
 def _registry_modules() -> frozenset[str]:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import importlib
 import json
 import os
 import shutil
@@ -227,9 +226,7 @@ def _dataset_module(kind: str) -> ModuleType:
             or a dataset distributed by request only (the message says how to
             get it by hand).
     """
-    if kind not in PREPARER_MODULES:
-        raise DownloadError(f"unknown dataset kind {kind!r}; known: {sorted(PREPARER_MODULES)}")
-    module = importlib.import_module(PREPARER_MODULES[kind])
+    module = PREPARER_MODULES.lookup(kind, error=DownloadError)
     if not hasattr(module, "ARCHIVES"):
         raise DownloadError(f"dataset kind {kind!r} has nothing to download (`dmlbench prepare` generates it)")
     if not module.ARCHIVES:
@@ -242,7 +239,7 @@ def archive_filenames(kind: str) -> list[str]:
     none for an unknown kind, a generated one, or one distributed by request only."""
     if kind not in PREPARER_MODULES:
         return []
-    return [archive.filename for archive in getattr(importlib.import_module(PREPARER_MODULES[kind]), "ARCHIVES", [])]
+    return [archive.filename for archive in getattr(PREPARER_MODULES[kind], "ARCHIVES", [])]
 
 
 def _by_hand(module: ModuleType) -> str:

@@ -16,7 +16,6 @@ prepare leaves the old dataset whole, and two prepares of one folder run one aft
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,18 +66,10 @@ def prepare_dataset(config: Mapping[str, Any], out_dir: str | Path) -> Path:
     Returns:
         The manifest's path under ``out_dir``.
     """
-    kind = config.get("kind")
-    if kind not in PREPARER_MODULES:
-        from dmlbench.errors import did_you_mean
-        from dmlbench.data.official import DatasetConfigError
+    from dmlbench.data.official import DatasetConfigError, source_folder
 
-        raise DatasetConfigError(
-            f"datasets.*.kind = {kind!r} is not a known dataset kind"
-            f"{did_you_mean(str(kind), PREPARER_MODULES)}; known: {sorted(PREPARER_MODULES)}"
-        )
-    module = importlib.import_module(PREPARER_MODULES[kind])
+    module = PREPARER_MODULES.lookup(config.get("kind"), key="datasets.*.kind", error=DatasetConfigError)
     out_dir = Path(out_dir)
-    from dmlbench.data.official import source_folder
 
     # your own dataset names its folder or CSV (source_path); a generated one (synthetic) has no INFO and no source
     if hasattr(module, "source_path"):

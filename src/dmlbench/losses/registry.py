@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
 from torch import nn
+
+from dmlbench.registry import Registry
 
 from .binomial import BinomialDevianceLoss
 from .contrastive import ContrastiveLoss
@@ -20,30 +21,22 @@ from .norm_softmax import NormalizedSoftmaxLoss
 from .proxy_nca import ProxyNCALoss
 from .triplet import SemiHardTripletLoss
 
-__all__ = ["LOSS_CLASSES", "LOSS_NAMES", "build_loss", "loss_defaults", "loss_name_error"]
+__all__ = ["LOSS_CLASSES", "LOSS_NAMES", "build_loss", "loss_defaults"]
 
-_LOSSES: dict[str, type[nn.Module]] = {
-    "contrastive": ContrastiveLoss,
-    "triplet": SemiHardTripletLoss,
-    "margin": DistanceWeightedMarginLoss,
-    "binomial": BinomialDevianceLoss,
-    "proxy_nca": ProxyNCALoss,
-    "norm_softmax": NormalizedSoftmaxLoss,
-}
-LOSS_NAMES: tuple[str, ...] = tuple(_LOSSES)
-#: the built-in loss classes by name (read-only).
-LOSS_CLASSES: Mapping[str, type[nn.Module]] = MappingProxyType(_LOSSES)
-
-
-def loss_name_error(name: Any) -> str:
-    """The message for an unknown loss name: a suggestion, the built-in names and the ``pml:`` form."""
-    from dmlbench.errors import did_you_mean
-
-    return (
-        f"unknown loss name {name!r}{did_you_mean(str(name), LOSS_NAMES)}; allowed names: "
-        f"{', '.join(LOSS_NAMES)}, or 'pml:<LossClass>' for a pytorch-metric-learning loss "
-        f"(`dmlbench list losses`)"
-    )
+#: the built-in loss classes by name.
+LOSS_CLASSES: Registry[type[nn.Module]] = Registry(
+    "loss name",
+    {
+        "contrastive": ContrastiveLoss,
+        "triplet": SemiHardTripletLoss,
+        "margin": DistanceWeightedMarginLoss,
+        "binomial": BinomialDevianceLoss,
+        "proxy_nca": ProxyNCALoss,
+        "norm_softmax": NormalizedSoftmaxLoss,
+    },
+    alternative="'pml:<LossClass>' for a pytorch-metric-learning loss (`dmlbench list losses`)",
+)
+LOSS_NAMES: tuple[str, ...] = tuple(LOSS_CLASSES)
 
 
 def loss_defaults(name: str) -> dict[str, Any]:
@@ -52,11 +45,9 @@ def loss_defaults(name: str) -> dict[str, Any]:
     The hyperparameters are the keyword-only arguments of the loss class.
 
     Raises:
-        ValueError: unknown loss name (the message lists the known ones).
+        UnknownNameError: unknown loss name (a ``ValueError``; the message lists the known ones).
     """
-    if name not in _LOSSES:
-        raise ValueError(loss_name_error(name))
-    parameters = inspect.signature(_LOSSES[name]).parameters.values()
+    parameters = inspect.signature(LOSS_CLASSES.lookup(name)).parameters.values()
     return {p.name: p.default for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
@@ -113,7 +104,7 @@ def build_loss(config: Mapping[str, Any], num_classes: int, embedding_dim: int) 
                 f"loss {name!r}: unknown hyperparameter {key!r}; allowed: {', '.join(defaults) or '(none)'}"
             )
         hyperparameters[key] = _check_type(name, key, value, defaults[key])
-    cls = _LOSSES[name]
+    cls = LOSS_CLASSES[name]
     # Constructor arguments that come from the data/model, not from the config.
     injected = {"num_classes": num_classes, "embedding_dim": embedding_dim}
     wanted = inspect.signature(cls).parameters

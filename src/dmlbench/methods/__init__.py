@@ -7,25 +7,28 @@ first use.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dmlbench.methods.options import OptionsError, parse_options
+from dmlbench.registry import Registry
 
 if TYPE_CHECKING:
     from dmlbench.methods.base import Recipe, TrainContext
 
-#: recipe name → ``module:class``; a recipe module is imported only when a run uses it.
-RECIPES: dict[str, str] = {
-    "baseline": "dmlbench.methods.base:Recipe",
-    "abe": "dmlbench.methods.abe:ABERecipe",
-    "mpn": "dmlbench.methods.mpn:MPNRecipe",
-    "deml": "dmlbench.methods.deml:DeMLRecipe",
-    "diablo": "dmlbench.methods.diablo:DIABLORecipe",
-    "dnc": "dmlbench.methods.dnc:DivideAndConquerRecipe",
-    "reference": "dmlbench.methods.reference:ReferenceRecipe",
-}
+#: recipe name → its class, given as ``module:class``: a recipe module is imported only when a run uses it.
+RECIPES: Registry[type[Recipe]] = Registry(
+    "recipe",
+    {
+        "baseline": "dmlbench.methods.base:Recipe",
+        "abe": "dmlbench.methods.abe:ABERecipe",
+        "mpn": "dmlbench.methods.mpn:MPNRecipe",
+        "deml": "dmlbench.methods.deml:DeMLRecipe",
+        "diablo": "dmlbench.methods.diablo:DIABLORecipe",
+        "dnc": "dmlbench.methods.dnc:DivideAndConquerRecipe",
+        "reference": "dmlbench.methods.reference:ReferenceRecipe",
+    },
+)
 
 #: recipe name → its ``TEST_TIME_OPTIONS`` (the options that change only how a trained model embeds), stated
 #: here so that validating the parameters imports no recipe module; each class reads its entry (none: no such
@@ -56,30 +59,19 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _check_known(name: str) -> None:
-    if name not in RECIPES:
-        raise KeyError(f"recipe {name!r} is unknown; known: {sorted(RECIPES)}")
-
-
 def recipe_test_time_options(name: str) -> frozenset[str]:
     """``recipe_class(name).TEST_TIME_OPTIONS`` without importing the recipe; unknown names list the known ones."""
-    _check_known(name)
-    return RECIPE_TEST_TIME_OPTIONS.get(name, frozenset())
+    return RECIPE_TEST_TIME_OPTIONS.get(RECIPES.check(name), frozenset())
 
 
 def recipe_class(name: str) -> type[Recipe]:
     """The :class:`Recipe` subclass registered as ``name``; unknown names list the known ones."""
-    _check_known(name)
-    module, _, cls = RECIPES[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return RECIPES.lookup(name)
 
 
 def build_recipe(run: Mapping[str, Any]) -> Recipe:
     """The recipe for a resolved run; unknown names list the known ones."""
-    name = run["method_config"].get("recipe")
-    if name not in RECIPES:
-        raise KeyError(f"methods.{run['method']}.recipe = {name!r} is unknown; known: {sorted(RECIPES)}")
-    return recipe_class(name)(run)
+    return RECIPES.lookup(run["method_config"].get("recipe"), key=f"methods.{run['method']}.recipe")(run)
 
 
 __all__ = [

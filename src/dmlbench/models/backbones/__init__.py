@@ -18,35 +18,34 @@ from dmlbench.models.backbones.efficientnet_lite import build_efficientnet_lite0
 from dmlbench.models.backbones.googlenet import build_googlenet
 from dmlbench.models.backbones.resnet import build_resnet50
 from dmlbench.models.backbones.small_cnn import build_small_cnn
+from dmlbench.registry import Registry
 
-BACKBONES: dict[str, Callable[..., StagedBackbone]] = {
-    "small_cnn": build_small_cnn,
-    "googlenet": build_googlenet,
-    "bninception": build_bninception,
-    "resnet50": build_resnet50,
-    "efficientnet_lite0": build_efficientnet_lite0,
-}
+BACKBONES: Registry[Callable[..., StagedBackbone]] = Registry(
+    "backbone",
+    {
+        "small_cnn": build_small_cnn,
+        "googlenet": build_googlenet,
+        "bninception": build_bninception,
+        "resnet50": build_resnet50,
+        "efficientnet_lite0": build_efficientnet_lite0,
+    },
+    alternative="'timm:<model>' for a timm model",
+)
 
 #: keys of ``training.backbone`` handled by the model, not passed to the builder.
 MODEL_KEYS = ("name", "freeze_bn", "frozen_through")
 
 
 def check_backbone_name(name: Any) -> str:
-    """``name``, checked: KeyError naming ``training.backbone.name`` and the known names unless ``name`` is
-    registered; for ``timm:<model>``, ValueError unless timm is installed and knows the model (and tag)."""
+    """``name``, checked: :class:`~dmlbench.registry.UnknownNameError` (a KeyError) naming
+    ``training.backbone.name`` and the known names unless ``name`` is registered; for ``timm:<model>``,
+    ValueError unless timm is installed and knows the model (and tag)."""
     if isinstance(name, str) and name.startswith("timm:"):
         from dmlbench.models.backbones.timm_backbone import check_timm_name
 
         check_timm_name(name)
         return name
-    if name not in BACKBONES:
-        from dmlbench.errors import did_you_mean
-
-        raise KeyError(
-            f"training.backbone.name = {name!r} is unknown{did_you_mean(str(name), BACKBONES)}; "
-            f"known: {sorted(BACKBONES)}, or 'timm:<model>' for a timm model"
-        )
-    return name
+    return BACKBONES.check(name, key="training.backbone.name")
 
 
 def check_backbone(config: Mapping[str, Any]) -> None:

@@ -12,30 +12,31 @@ Common keys of every spec: ``kind``, ``dataset``, optional ``title`` and ``seeds
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from dmlbench.config import ConfigError, section
+from dmlbench.registry import Registry
 
-#: kind → module implementing it.
-FIGURE_KINDS: dict[str, str] = {
-    "metric_vs_param": "dmlbench.report.figures.metric_vs_param",
-    "training_curves": "dmlbench.report.figures.training_curves",
-    "similarity_histogram": "dmlbench.report.figures.similarity_histogram",
-    "attention_maps": "dmlbench.report.figures.attention_maps",
-    "cluster_distances": "dmlbench.report.figures.cluster_distances",
-    "retrieval_grid": "dmlbench.report.figures.retrieval_grid",
-}
+#: kind → module implementing it (imported on first use).
+FIGURE_KINDS: Registry[ModuleType] = Registry(
+    "figure kind",
+    {
+        "metric_vs_param": "dmlbench.report.figures.metric_vs_param",
+        "training_curves": "dmlbench.report.figures.training_curves",
+        "similarity_histogram": "dmlbench.report.figures.similarity_histogram",
+        "attention_maps": "dmlbench.report.figures.attention_maps",
+        "cluster_distances": "dmlbench.report.figures.cluster_distances",
+        "retrieval_grid": "dmlbench.report.figures.retrieval_grid",
+    },
+)
 
 
-def _kind_module(config: Mapping[str, Any], name: str, source: str = "params") -> Any:
-    spec = section(config, "figures", name)
-    kind = spec.get("kind")
-    if kind not in FIGURE_KINDS:
-        raise ConfigError(f"{source}: figures.{name}.kind = {kind!r} is unknown; known: {sorted(FIGURE_KINDS)}")
-    return importlib.import_module(FIGURE_KINDS[kind])
+def _kind_module(config: Mapping[str, Any], name: str, source: str = "params") -> ModuleType:
+    kind = section(config, "figures", name).get("kind")
+    return FIGURE_KINDS.lookup(kind, key=f"{source}: figures.{name}.kind", error=ConfigError)
 
 
 def check_figure(config: Mapping[str, Any], name: str, source: str = "params") -> None:
