@@ -336,6 +336,10 @@ class KMeansSettings:
         return {"kmeans_seed": float(self.seed), "kmeans_niter": float(self.niter), "kmeans_nredo": float(self.nredo)}
 
 
+#: Query rows per block of the kNN search (``evaluation.chunk_size``): bounds the distance block in memory.
+DEFAULT_CHUNK_SIZE = 4096
+
+
 @dataclasses.dataclass(frozen=True)
 class EvaluationSettings:
     """The ``evaluation`` section (``EvaluationSettings()``: the defaults, as ``dmlbench evaluate`` without
@@ -346,7 +350,7 @@ class EvaluationSettings:
         kmeans: the NMI's K-means.
     """
 
-    chunk_size: int = 4096
+    chunk_size: int = DEFAULT_CHUNK_SIZE
     kmeans: KMeansSettings = dataclasses.field(default_factory=KMeansSettings)
 
 

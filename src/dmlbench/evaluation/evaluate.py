@@ -24,6 +24,7 @@ from dmlbench.evaluation.validation import (
     check_stats,
     check_views,
 )
+from dmlbench.settings import DEFAULT_CHUNK_SIZE
 
 
 def l2_normalise(embeddings: np.ndarray) -> np.ndarray:
@@ -119,7 +120,7 @@ def evaluate_views(
     stat_names: np.ndarray | None = None,
     stat_values: np.ndarray | None = None,
     kmeans: KMeansSettings = KMeansSettings(),
-    chunk_size: int = 4096,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     num_threads: int | None = None,
 ) -> Evaluation:
     """Retrieval and clustering metrics of test-set embeddings, and the per-query results behind them.
@@ -214,7 +215,7 @@ def recall_at_k(
     embeddings: np.ndarray,
     labels: np.ndarray,
     ks: Sequence[int],
-    chunk_size: int = 4096,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     num_threads: int | None = None,
     split: np.ndarray | None = None,
 ) -> dict[int, float]:

@@ -15,6 +15,7 @@ from dmlbench.evaluation.clustering import KMeansSettings
 from dmlbench.evaluation.evaluate import evaluate_views
 from dmlbench.evaluation.timing import phase
 from dmlbench.paths import distinct_outputs
+from dmlbench.settings import DEFAULT_CHUNK_SIZE
 
 REQUIRED_KEYS = ("embeddings", "labels")
 OPTIONAL_KEYS = ("split", "learner_slices", "view_names", "view_slices", "stat_names", "stat_values")
@@ -103,7 +104,7 @@ def evaluate_file(
     out_json: str | Path,
     recall_ks: Sequence[int],
     kmeans: KMeansSettings = KMeansSettings(),
-    chunk_size: int = 4096,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
     per_query_path: str | Path | None = None,
 ) -> dict[str, float]:
     """Compute :func:`evaluate_views` on an embeddings file and write the metrics to ``out_json``.
