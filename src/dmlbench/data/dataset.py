@@ -25,12 +25,14 @@ class ImageDataset(Dataset):
     third of the CPU time of an epoch there).
 
     The loader interface it shares with :class:`dmlbench.data.stored_dataset.StoredImageDataset`:
-    :attr:`collate_fn` (None: torch's default), :meth:`to_model_input` (here the identity: the
-    transform already gave model inputs) and :meth:`evaluation_view`.
+    :attr:`collate_fn` (None: torch's default), :attr:`random_in_workers`, :meth:`to_model_input` (here the
+    identity: the transform already gave model inputs) and :meth:`evaluation_view`.
     """
 
     #: How a loader batches the items (None: torch's default collate).
     collate_fn: Callable[[list[Any]], Any] | None = None
+    #: The transform draws its random crops and flips in the loader's workers (so they are seeded per epoch).
+    random_in_workers = True
 
     def __init__(
         self,

@@ -35,6 +35,7 @@ class TermSums:
     def __init__(self) -> None:
         self._sums: dict[str, torch.Tensor | float] = {}
         self._host: list[tuple[HostTerms, tuple[torch.Tensor, ...]]] = []
+        self._copied_from_cuda = False
 
     def add(self, name: str, term: torch.Tensor | float) -> None:
         """Add one batch's scalar ``term`` (a 0-d tensor on any device, or a float)."""
@@ -44,10 +45,11 @@ class TermSums:
     def add_host(self, inputs: tuple[torch.Tensor, ...], terms: HostTerms) -> None:
         """Add one batch's ``terms(*inputs)`` (on CPU copies of ``inputs``), computed when the means are read."""
         self._host.append((terms, tuple(tensor.detach().to("cpu", non_blocking=True) for tensor in inputs)))
+        self._copied_from_cuda |= any(tensor.is_cuda for tensor in inputs)
 
     def means(self, batches: int) -> dict[str, float]:
         """Each term's sum / ``batches`` (at least 1); waits for the device's queued work once."""
-        if torch.cuda.is_available():
+        if self._copied_from_cuda:
             torch.cuda.synchronize()  # the deferred host copies have landed
         totals = {name: float(total) for name, total in self._sums.items()}
         host: dict[str, float] = {}

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -317,8 +317,7 @@ class Trainer:
         self.context = TrainContext(
             data=data, device=device, eval_batch_size=settings.eval_batch_size, num_workers=settings.num_workers
         )
-        self._loader: DataLoader | None = None
-        self._batches: EpochBatches | None = None
+        self._persistent_loader: DataLoader | None = None
 
     def set_batches_per_epoch(self, batches: int | None) -> None:
         """Train ``batches`` batches per epoch from the next epoch on (``training.sampler.batches_per_epoch``;
@@ -446,28 +445,16 @@ class Trainer:
         """
         train = self.data.train
         workers = self.settings.num_workers
-        if workers > 0 and not getattr(train, "random_in_workers", True):
-            if self._loader is None or self._batches is None:  # made together, once
-                self._batches = EpochBatches()
-                self._loader = DataLoader(
-                    train,
-                    batch_sampler=self._batches,
-                    num_workers=workers,
-                    persistent_workers=True,
-                    collate_fn=train.collate_fn,
-                    pin_memory=self.device.type == "cuda",
-                )
-            self._batches.current = sampler
-            return self._loader
-        return DataLoader(
-            train,
-            batch_sampler=sampler,
-            num_workers=workers,
-            generator=torch.Generator().manual_seed(worker_seed),
-            persistent_workers=False,
-            collate_fn=train.collate_fn,
-            pin_memory=self.device.type == "cuda",
+        common: dict[str, Any] = dict(
+            num_workers=workers, collate_fn=train.collate_fn, pin_memory=self.device.type == "cuda"
         )
+        if workers == 0 or train.random_in_workers:
+            generator = torch.Generator().manual_seed(worker_seed)
+            return DataLoader(train, batch_sampler=sampler, generator=generator, **common)
+        if self._persistent_loader is None:
+            self._persistent_loader = DataLoader(train, batch_sampler=EpochBatches(), persistent_workers=True, **common)
+        cast(EpochBatches, self._persistent_loader.batch_sampler).current = sampler
+        return self._persistent_loader
 
     def _check_finite(self, epoch: int) -> None:
         """Stop before anything of a diverged epoch is saved: a finite loss (an L2-normalised one stays
@@ -587,7 +574,7 @@ class Trainer:
             atomic_torch_save(self._scratch_state(epoch), self.scratch)
             if on_epoch_end is not None:
                 on_epoch_end(epoch)
-        self._loader = self._batches = None  # stops the persistent loader workers
+        self._persistent_loader = None  # stops its workers
         if epochs == 0:  # nothing to train (a reference row): the checkpoint holds the initial weights
             self.best_state = _snapshot(self.model)
         self._finish()
