@@ -209,11 +209,31 @@ def test_margin_loss_from_fixed_triplets_by_hand():
 def test_margin_loss_single_constant_beta_by_hand():
     loss_fn = build("margin", num_classes=2, beta=1.1, learn_beta=False, class_specific_beta=False)
     assert list(loss_fn.parameters()) == []
-    assert list(loss_fn.state_dict()) == ["pml_loss.beta"]  # a buffer: saved, moved by .to()
+    assert list(loss_fn.state_dict()) == ["beta"]  # a buffer: saved, moved by .to()
     x, y = unit(*FOUR), labels(*FOUR_LABELS)
     loss = loss_fn.loss_from_triplets(x, y, (labels(2), labels(3), labels(1)))
     pos, neg = 0.2 + math.sqrt(2) - 1.1, 0.2 - (chord(30) - 1.1)
     assert close(loss, (pos + neg) / 2)
+
+
+def test_margin_loss_single_learnable_beta_normalises_its_nu_term_like_the_class_specific_one():
+    loss_fn = build("margin", num_classes=2, beta=1.1, nu=0.5, class_specific_beta=False)
+    x, y = unit(*FOUR), labels(*FOUR_LABELS)
+    loss = loss_fn.loss_from_triplets(x, y, (labels(2, 0), labels(3, 1), labels(1, 2)))
+    # (a, p, n) = (90°, 180°, 60°): D(a,p) = √2, D(a,n) = chord(30); (0°, 60°, 90°): D(a,p) = 1, D(a,n) = √2
+    terms = [0.2 + math.sqrt(2) - 1.1, 0.2 - (chord(30) - 1.1), 0.2 + 1.0 - 1.1, 0.2 - (math.sqrt(2) - 1.1)]
+    active = [t for t in terms if t > 0]
+    assert len(active) == 3  # the last negative lies beyond β + α
+    assert close(loss, (sum(active) + 0.5 * 2 * 1.1) / 3)
+
+
+def test_margin_loss_without_an_active_term_is_zero_with_zero_gradients():
+    loss_fn = build("margin", num_classes=2, beta=1.1, margin=0.01)
+    x, y = unit(0.0, 0.0, 180.0, 180.0), labels(0, 0, 1, 1)  # positives at 0 (< β - α), negatives at 2 (> β + α)
+    loss = loss_fn.loss_from_triplets(x, y, (labels(0), labels(1), labels(2)))
+    loss.backward()
+    assert loss.item() == 0.0
+    assert x.grad is not None and torch.all(x.grad == 0) and torch.all(loss_fn.beta.grad == 0)
 
 
 def test_margin_loss_from_triplets_is_permutation_invariant():
@@ -525,3 +545,75 @@ def test_registry_builds_with_parameters_and_coerces_ints():
 def test_registry_errors_name_the_key(config: dict, pattern: str):
     with pytest.raises(ValueError, match=pattern):
         build_loss(config, 4, 8)
+
+
+# --------------------------------------------------------------------------- margin and norm_softmax vs PML
+
+
+def _random_batch(seed: int, batch: int, dim: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    embeddings = F.normalize(torch.randn(batch, dim, generator=generator), dim=1).requires_grad_()
+    return embeddings, torch.randint(0, classes, (batch,), generator=generator)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    "beta_options",
+    [
+        {"learn_beta": True, "class_specific_beta": True, "nu": 0.0},
+        {"learn_beta": True, "class_specific_beta": True, "nu": 0.1},
+        {"learn_beta": False, "class_specific_beta": True, "nu": 0.0},
+        {"learn_beta": False, "class_specific_beta": False, "nu": 0.0},
+    ],
+)
+def test_margin_loss_matches_pml_bit_for_bit(seed: int, beta_options: dict) -> None:
+    """The loss once called PML's MarginLoss: its value and gradients are the same to the bit (32 rows: cdist's GEMM path)."""
+    from pytorch_metric_learning.losses import MarginLoss
+
+    x, y = _random_batch(seed, 32 + seed, 16 + 8 * seed, 6)
+    ours = DistanceWeightedMarginLoss(num_classes=6, **beta_options)
+    class_specific = beta_options["class_specific_beta"]
+    theirs = MarginLoss(
+        margin=0.2,
+        nu=beta_options["nu"],
+        beta=1.2,
+        learn_beta=beta_options["learn_beta"],
+        num_classes=6 if class_specific else None,
+    )
+    triplets = ours.sample(x.detach(), y, generator=torch.Generator().manual_seed(seed))
+    ours_loss, theirs_loss = ours.loss_from_triplets(x, y, triplets), theirs(x, y, indices_tuple=triplets)
+    ours_grads = torch.autograd.grad(ours_loss, [x, *ours.parameters()])
+    theirs_grads = torch.autograd.grad(theirs_loss, [x, *theirs.parameters()])
+    assert torch.equal(ours_loss, theirs_loss)
+    assert all(torch.equal(a, b) for a, b in zip(ours_grads, theirs_grads, strict=True))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_norm_softmax_matches_pml_bit_for_bit(seed: int) -> None:
+    """The loss once wrapped PML's NormalizedSoftmaxLoss: same initial weights from the same seed, same loss and
+    gradients to the bit."""
+    from pytorch_metric_learning.losses import NormalizedSoftmaxLoss as PMLNormalizedSoftmaxLoss
+
+    x, y = _random_batch(seed, 24 + seed, 16 + 8 * seed, 7)
+    torch.manual_seed(seed)
+    ours = NormalizedSoftmaxLoss(7, x.shape[1])
+    torch.manual_seed(seed)
+    theirs = PMLNormalizedSoftmaxLoss(7, x.shape[1])
+    assert torch.equal(ours.weight, theirs.W)
+    ours_loss, theirs_loss = ours(x, y), theirs(x, y)
+    assert torch.equal(ours_loss, theirs_loss)
+    ours_grads = torch.autograd.grad(ours_loss, [x, ours.weight])
+    theirs_grads = torch.autograd.grad(theirs_loss, [x, theirs.W])
+    assert all(torch.equal(a, b) for a, b in zip(ours_grads, theirs_grads, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("loss_name", "old_key", "new_key", "shape"),
+    [("margin", "pml_loss.beta", "beta", (4,)), ("norm_softmax", "pml_loss.W", "weight", (2, 4))],
+)
+def test_a_state_saved_under_the_pml_wrapper_keys_loads(loss_name: str, old_key: str, new_key: str, shape) -> None:
+    """A resume checkpoint written while the loss wrapped PML names its parameter ``pml_loss.<name>``."""
+    loss_fn = build(loss_name)
+    saved = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+    loss_fn.load_state_dict({old_key: saved})
+    assert torch.equal(loss_fn.state_dict()[new_key], saved)

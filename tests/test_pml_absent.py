@@ -1,11 +1,13 @@
-"""Without pytorch-metric-learning: the catalog still lists the losses, and a ``pml:`` loss is an error naming the
-loss, the method and how to install the package; dead schema keys are refused."""
+"""Without pytorch-metric-learning: every built-in loss trains, the catalog still lists the losses, and a ``pml:``
+loss is an error naming the loss, the method and how to install the package; dead schema keys are refused."""
 
 from __future__ import annotations
 
 import sys
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from dmlbench.catalog import catalog
 from dmlbench.config import ConfigError
@@ -25,8 +27,19 @@ def without_pml(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_loss_catalog_works_without_pml(params: dict, without_pml: None) -> None:
     lines = catalog(params, "losses")
     assert list(lines)[: len(LOSS_NAMES)] == list(LOSS_NAMES)
-    assert lines["pml:<LossClass>"].startswith("pytorch-metric-learning is not installed: pip install -e .")
+    assert lines["pml:<LossClass>"].startswith("pytorch-metric-learning is not installed: pip install -e '.[pml]'")
     assert "pml:<MinerClass>" not in lines
+
+
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_every_built_in_loss_trains_without_pml(name: str, without_pml: None) -> None:
+    """pytorch-metric-learning is an extra: no built-in loss may import it (margin and norm_softmax once did)."""
+    torch.manual_seed(0)
+    loss_fn = build_loss({"name": name}, num_classes=4, embedding_dim=8)
+    embeddings = F.normalize(torch.randn(8, 8), dim=1).requires_grad_()
+    loss = loss_fn(embeddings, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]))
+    loss.backward()
+    assert torch.isfinite(loss) and embeddings.grad is not None
 
 
 def test_the_loss_catalog_lists_pml_classes_when_installed(params: dict) -> None:
@@ -36,7 +49,7 @@ def test_the_loss_catalog_lists_pml_classes_when_installed(params: dict) -> None
 def test_a_pml_loss_without_pml_names_the_loss_and_the_fix(without_pml: None) -> None:
     expected = (
         r"^loss\.name = 'pml:MultiSimilarityLoss': a pytorch-metric-learning loss needs the package "
-        r"pytorch_metric_learning, which is not installed: pip install -e \."
+        r"pytorch_metric_learning, which is not installed: pip install -e '\.\[pml\]'"
     )
     with pytest.raises(ValueError, match=expected):
         build_loss(PML_LOSS, num_classes=4, embedding_dim=8)
@@ -48,7 +61,7 @@ def test_a_config_naming_a_pml_loss_without_pml_names_the_method(params: dict, w
     with pytest.raises(
         ConfigError,
         match=r"methods\.ms_pml on \w+: loss\.name = 'pml:MultiSimilarityLoss': .* not "
-        r"installed: pip install -e \.",
+        r"installed: pip install -e '\.\[pml\]'",
     ):
         check_planned_methods(params)
 

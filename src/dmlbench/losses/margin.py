@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checks import check_batch, check_labels_in_range, check_positive
 from .pairwise import label_masks, pairwise_distances, zero_loss
+from .state_keys import rename_state_keys_on_load
 
 __all__ = [
     "DistanceWeightedMarginLoss",
@@ -140,14 +142,15 @@ class DistanceWeightedMarginLoss(nn.Module):
           uniformly, and subtracts a global maximum. Hence the sampler is
           written here.
         * pytorch-metric-learning's ``MarginLoss`` computes, for given
-          triplets, exactly the authors' loss (pos/neg hinges, division by
-          the number of non-zero terms, ν Σβ per triplet for class-specific
-          learnable β); it is used for :meth:`loss_from_triplets`. For a
-          *single* learnable β it adds ν β un-normalised (the authors' code
-          has no ν-term then); with ``learn_beta=False`` it adds none.
-          It re-normalises the embeddings (a no-op for unit vectors, and the
-          end gradient is unchanged since the model's own normalisation
-          already projects it).
+          triplets and class-specific β, exactly this loss; until 2026-11 it
+          was called for :meth:`loss_from_triplets`, and the loss here keeps
+          its operations in their order (the embeddings are normalised once
+          more, as two copies, and their distances taken with ``torch.cdist``), so a run gives
+          the numbers it gave then (``tests/test_losses.py`` compares the two
+          bit for bit when PML is installed). For a *single* learnable β PML
+          adds ν β un-normalised; here ν β is summed over the triplets and
+          normalised like the class-specific term (the authors' code has no
+          single learnable β).
 
     A batch without any anchor-positive pair whose anchor has a negative
     gives 0 with a grad_fn.
@@ -186,30 +189,18 @@ class DistanceWeightedMarginLoss(nn.Module):
             )
         self.num_classes = num_classes
         self.class_specific_beta = class_specific_beta
+        self.margin = margin
+        self.nu = nu
         self.cutoff = cutoff
         self.nonzero_loss_cutoff = nonzero_loss_cutoff
-        # imported here: pytorch_metric_learning costs half a second, and every run imports this module
-        from pytorch_metric_learning.losses import MarginLoss as PMLMarginLoss
-
-        self.pml_loss = PMLMarginLoss(
-            margin=margin,
-            nu=nu,
-            beta=beta,
-            learn_beta=learn_beta,
-            num_classes=num_classes if class_specific_beta else None,
-        )
-        if not learn_beta:
-            # PML keeps a constant β as a plain attribute, which ``.to(device)``
-            # does not move (indexing it with CUDA labels would fail) and
-            # ``state_dict`` does not save: make it a buffer.
-            beta_tensor = self.pml_loss.beta
-            del self.pml_loss.beta
-            self.pml_loss.register_buffer("beta", beta_tensor)
-
-    @property
-    def beta(self) -> Tensor:
-        """(num_classes,) or (1,) margin boundaries β."""
-        return self.pml_loss.beta
+        initial_beta = torch.full((num_classes if class_specific_beta else 1,), float(beta))
+        self.beta: Tensor
+        if learn_beta:
+            self.beta = nn.Parameter(initial_beta)
+        else:
+            self.register_buffer("beta", initial_beta)  # a buffer: saved, and moved by .to(device)
+        self.learn_beta = learn_beta
+        rename_state_keys_on_load(self, {"pml_loss.beta": "beta"})
 
     def sample(self, embeddings: Tensor, labels: Tensor, generator: torch.Generator | None = None) -> Triplets:
         """Distance-weighted triplets of the batch; see :func:`sample_distance_weighted_triplets`."""
@@ -235,9 +226,21 @@ class DistanceWeightedMarginLoss(nn.Module):
         embeddings = check_batch(embeddings, labels)
         if self.class_specific_beta:
             check_labels_in_range(labels, self.num_classes)
-        if triplets[0].numel() == 0:
+        anchors, positives, negatives = triplets
+        if anchors.numel() == 0:
             return zero_loss(embeddings)
-        return self.pml_loss(embeddings, labels, indices_tuple=triplets)
+        beta = self.beta[labels[anchors]] if self.class_specific_beta else self.beta
+        # two normalised copies, as PML's distance took them: their gradients add up in its order
+        distances = torch.cdist(F.normalize(embeddings, p=2, dim=1), F.normalize(embeddings, p=2, dim=1), p=2)
+        positive_term = F.relu(distances[anchors, positives] - beta + self.margin)
+        negative_term = F.relu(beta - distances[anchors, negatives] + self.margin)
+        active = (positive_term > 0.0).sum() + (negative_term > 0.0).sum()
+        divisor = active.clamp_min(1)
+        hinge = (positive_term + negative_term).sum() / divisor
+        if not (self.learn_beta and self.nu > 0.0):
+            return hinge
+        regulariser = (beta.expand_as(positive_term) * self.nu).sum() / divisor
+        return torch.stack((hinge, regulariser)).sum()
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Args: embeddings (B, d) L2-normalised, labels (B,). Returns: scalar."""

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checks import check_batch, check_fraction, check_labels_in_range, check_positive
 from .cross_entropy import smoothed_cross_entropy
+from .state_keys import rename_state_keys_on_load
 
 __all__ = ["NormalizedSoftmaxLoss"]
 
@@ -18,14 +21,15 @@ class NormalizedSoftmaxLoss(nn.Module):
     Zhai & Wu 2019 use T = 0.05 and no label smoothing; the MPN recipe uses
     smoothing 0.1 (REFERENCE.md).
 
-    pytorch-metric-learning's ``NormalizedSoftmaxLoss`` computes exactly
-    this for ε = 0 (weights ``W`` of shape (d, C) normalised per class,
-    embeddings normalised, dot product / T, ``CrossEntropyLoss`` averaged
-    over the batch, no regulariser by default), so it is used: it owns ``W``
-    (initialised ``normal(0, 1)``) and computes the ε = 0 loss; for ε > 0 its
-    logits go through :func:`smoothed_cross_entropy`. Caveat: PML casts ``W``
-    in place to the embeddings' dtype; :func:`check_batch` upcasts half
-    precision embeddings to float32 so AMP never turns ``W`` into float16.
+    The class weights ``weight`` (d, C) are initialised ``normal(0, 1)``, as
+    in pytorch-metric-learning's ``NormalizedSoftmaxLoss``, whose loss this
+    computes with the same operations in the same order (both the embeddings
+    and the normalised weights are normalised once more before the product, a
+    no-op up to rounding), so that a run gives the numbers it gave when this
+    class wrapped PML's (``tests/test_losses.py`` compares the two bit for bit
+    when PML is installed). The weights are cast to the embeddings' dtype for
+    the product, never in place (PML cast ``W`` itself): they stay float32,
+    and under AMP :func:`check_batch` upcasts half precision embeddings.
 
     Args:
         num_classes: C.
@@ -46,26 +50,22 @@ class NormalizedSoftmaxLoss(nn.Module):
         check_positive("temperature", temperature)
         check_fraction("label_smoothing", label_smoothing)
         self.num_classes = num_classes
+        self.temperature = temperature
         self.label_smoothing = label_smoothing
-        # imported here: pytorch_metric_learning costs half a second, and every run imports this module
-        from pytorch_metric_learning.losses import NormalizedSoftmaxLoss as PMLNormalizedSoftmaxLoss
-
-        self.pml_loss = PMLNormalizedSoftmaxLoss(num_classes, embedding_dim, temperature=temperature)
-
-    @property
-    def weight(self) -> Tensor:
-        """(d, C) un-normalised class weights."""
-        return self.pml_loss.W
+        self.weight = nn.Parameter(torch.empty(embedding_dim, num_classes))
+        nn.init.normal_(self.weight)
+        rename_state_keys_on_load(self, {"pml_loss.W": "weight"})
 
     def logits(self, embeddings: Tensor) -> Tensor:
         """(B, d) embeddings -> (B, C) cosine logits divided by T."""
-        self.pml_loss.cast_types(embeddings.dtype, embeddings.device)
-        return self.pml_loss.get_logits(embeddings)
+        unit_weight = F.normalize(self.weight.to(embeddings.dtype), p=2, dim=0).t()
+        cosines = F.normalize(embeddings, p=2, dim=1) @ F.normalize(unit_weight, p=2, dim=1).t()
+        return cosines / self.temperature
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Args: embeddings (B, d), labels (B,) in 0..C-1. Returns: scalar."""
         embeddings = check_batch(embeddings, labels)
         check_labels_in_range(labels, self.num_classes)
-        if self.label_smoothing == 0.0:
-            return self.pml_loss(embeddings, labels)
+        if self.label_smoothing == 0.0:  # the mean of per-sample losses, summed in PML's order
+            return F.cross_entropy(self.logits(embeddings), labels, reduction="none").mean()
         return smoothed_cross_entropy(self.logits(embeddings), labels, self.label_smoothing)

@@ -48,9 +48,8 @@ from .checks import check_batch, check_labels_in_range
 __all__ = ["PML_INSTALL", "PML_PREFIX", "PMLLoss", "build_pml_loss", "is_pml_name", "pml_class_names", "pml_installed"]
 
 PML_PREFIX = "pml:"
-#: How to get pytorch-metric-learning back where it is missing: it is a dependency of dmlbench (the built-in
-#: ``margin`` and ``norm_softmax`` losses compute through it).
-PML_INSTALL = "pip install -e . (or pip install 'pytorch-metric-learning>=2.6,<3')"
+#: How to install pytorch-metric-learning where it is missing: the ``pml`` extra (the ``test`` extra includes it).
+PML_INSTALL = "pip install -e '.[pml]' (or pip install 'pytorch-metric-learning>=2.6,<3')"
 #: ``pml:`` followed by a Python identifier that starts with a letter (checked before any lookup).
 _NAME = re.compile(r"pml:([A-Za-z][A-Za-z0-9_]*)")
 
