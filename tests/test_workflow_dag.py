@@ -286,3 +286,45 @@ def test_test_time_variants_reembed_their_base_checkpoint_and_have_no_train_job(
         i for j in snakemake_jobs if j["rule"] in ("report", "figure") for i in j["inputs"] if i.endswith("/log.csv")
     }
     assert not {path.split("/")[3] for path in logs} & set(variants)
+
+
+def test_stage_groups_are_named_after_what_their_jobs_share():
+    """A group of one method is ``<rule>_<method>``; a family is named by its common prefix (and a common
+    ``_word`` suffix); a name taken already, or a group sharing nothing, falls back to a number."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    import make_dvc_yaml as m
+
+    def jobs(template: str, *methods: str) -> list:
+        return [
+            m.Job("train", (("dataset", "d"), ("method", method), ("seed", "0")), None, template) for method in methods
+        ]
+
+    groups = m.stage_groups(
+        [
+            *jobs("a", "dnc_k2", "dnc_k16"),
+            *jobs("b", "dnc"),
+            *jobs("c", "dnc_families", "dnc_random"),
+            *jobs("d", "abe2_nodiv", "abe8_nodiv"),
+            *jobs("e", "heads1", "abe1"),
+            *jobs("f", "triplet", "margin"),
+        ]
+    )
+    methods = {name: sorted({dict(job.wildcards)["method"] for job in members}) for name, members in groups.items()}
+    assert methods == {
+        "train": ["abe1", "heads1"],
+        "train_2": ["margin", "triplet"],
+        "train_abe_nodiv": ["abe2_nodiv", "abe8_nodiv"],
+        "train_dnc": ["dnc"],
+        "train_dnc_2": ["dnc_families", "dnc_random"],
+        "train_dnc_k": ["dnc_k16", "dnc_k2"],
+    }
+    assert list(m.stage_groups(jobs("a", "dnc_k2", "dnc_k16"))) == ["train"]  # a rule's only group: the rule's name
+
+
+def test_dvc_yaml_names_the_table1_baselines_groups_after_their_method():
+    import yaml
+    from conftest import REPO as repo
+
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]
+    for method in ("margin", "triplet", "dnc", "deml"):
+        assert {item["method"] for item in stages[f"train_{method}"]["foreach"].values()} == {method}

@@ -10,8 +10,8 @@ e.g. ``train@synthetic-triplet-0``), whose ``cmd`` is the rule's own shell comma
 <subcommand> …`` with the arguments Snakemake passes, the wildcards as ``${item.<name>}`` (where the jobs of
 the rule have their wildcard values: :func:`aligned_templates`). DVC interpolates strings only, never
 lists, so jobs whose inputs, params or code differ by more than their wildcard values (a method with
-other keys or another recipe, an ensemble's member runs) go to further groups of the rule, ``<rule>_2``,
-``<rule>_3``, … (largest first). Every generated stage is checked to instantiate back to its Snakemake
+other keys or another recipe, an ensemble's member runs) go to further groups of the rule, each named after
+what its jobs share (``train_margin``, ``train_dnc_k`` for ``dnc_k2`` … ``dnc_k16``: :func:`stage_groups`). Every generated stage is checked to instantiate back to its Snakemake
 job. A stage's
 
 - ``deps`` are the job's inputs and the code it runs (:func:`code_deps`), module by module: the
@@ -43,9 +43,10 @@ import os
 import re
 import shlex
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from itertools import count
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -547,18 +548,52 @@ def params_entries(params: Iterable[tuple[str, str]]) -> list:
     return [*by_file.pop(default, []), *({file: keys} for file, keys in by_file.items())]
 
 
+def shared_label(members: list[Job]) -> str:
+    """What the jobs of a group share, for the group's name: their ``method`` wildcard where it is one value,
+    else the common prefix of its values and their common suffix from a ``_`` on, joined by ``_`` (``""`` where
+    they share neither, and for jobs without a ``method`` wildcard).
+
+    >>> def job(method): return Job("train", (("dataset", "d"), ("method", method), ("seed", "0")), None, None)
+    >>> shared_label([job("dnc"), job("dnc")]), shared_label([job("dnc_k16"), job("dnc_k2")])
+    ('dnc', 'dnc_k')
+    >>> shared_label([job("abe2_nodiv"), job("abe8_nodiv")]), shared_label([job("heads1"), job("abe1")])
+    ('abe_nodiv', '')
+    """
+    methods = sorted({dict(job.wildcards).get("method", "") for job in members})
+    if len(methods) == 1:
+        return methods[0]
+    prefix = os.path.commonprefix(methods)
+    suffix = os.path.commonprefix([method[len(prefix) :][::-1] for method in methods])[::-1]
+    whole_word_suffix = suffix[suffix.find("_") :] if "_" in suffix else ""
+    return "_".join(part for part in (prefix.strip("_"), whole_word_suffix.strip("_")) if part)
+
+
 def stage_groups(jobs: list[Job]) -> dict[str, list[Job]]:
-    """Jobs by DVC stage group: one per rule and template; the rule's largest group is named after the rule,
-    the others ``<rule>_2``, ``<rule>_3``, …"""
+    """Jobs by DVC stage group, one per rule and template, named ``<rule>_<label>`` after what the group's
+    jobs share (:func:`shared_label`: ``train_margin``, ``train_dnc`` for D&C's ``dnc_k2`` … ``dnc_k16``);
+    groups of one method are named first, a name taken already gets ``_2``, ``_3``, … and a group whose
+    jobs share no label (or the only group of its rule) is named after the rule."""
     by_template: dict[tuple[str, Spec], list[Job]] = defaultdict(list)
     for job in jobs:
         by_template[job.rule, job.template].append(job)
+    groups_per_rule = Counter(rule for rule, _ in by_template)
+
+    def naming_order(entry: tuple[str, list[Job], str]) -> tuple[str, bool, str, int]:
+        rule, members, label = entry
+        return rule, len({dict(job.wildcards).get("method") for job in members}) > 1, label, -len(members)
+
+    labelled = [
+        (rule, members, shared_label(members) if groups_per_rule[rule] > 1 else "")
+        for (rule, _), members in by_template.items()
+    ]
     groups: dict[str, list[Job]] = {}
-    numbers: dict[str, int] = defaultdict(int)
-    for (rule, _), members in sorted(by_template.items(), key=lambda item: (item[0][0], -len(item[1]))):
-        numbers[rule] += 1
-        groups[f"{rule}_{numbers[rule]}" if numbers[rule] > 1 else rule] = members
-    return groups
+    for rule, members, label in sorted(labelled, key=naming_order):
+        base = f"{rule}_{re.sub(rf'[^{WORD}]', '_', label)}" if label else rule
+        name = next(
+            candidate for number in count(1) if (candidate := base if number == 1 else f"{base}_{number}") not in groups
+        )
+        groups[name] = members
+    return dict(sorted(groups.items(), key=lambda item: (item[1][0].rule, item[0])))
 
 
 def stage_names(jobs: list[Job]) -> dict[Job, str]:
