@@ -294,3 +294,26 @@ def test_ensemble_jobs_concatenate_member_runs(tmp_path):
     members = [f"results/runs/synthetic/mpn/seed{s}/embeddings.npz" for s in (2, 3)]
     assert all(m in command for m in members)
     assert "method=mpn_ens2" not in out.split("rule train")[-1].split("rule ")[0]  # ensembles are not trained
+
+
+@pytest.mark.parametrize(
+    ("value", "passes"),
+    [
+        (211 / 400 - 203 / 400, True),  # 0.020000000000000018: on the bound up to float rounding
+        (0.02, True),
+        (0.0201, False),  # 0.01 points over: a real shortfall
+        (0.0, True),
+    ],
+)
+def test_a_value_on_the_bound_up_to_rounding_passes_its_health_check(value: float, passes: bool) -> None:
+    """A D&C run whose init shortfall was 8 of 400 validation queries (0.02) was marked failing (got 0.02)."""
+    from dmlbench.methods.health import failed_checks, init_parity_check
+
+    assert (failed_checks([init_parity_check()], {"health/init_shortfall": value}) == []) is passes
+
+
+def test_a_value_on_a_lower_bound_up_to_rounding_passes() -> None:
+    from dmlbench.methods.health import HealthCheck
+
+    check = HealthCheck("health/mask_std", minimum=0.03)
+    assert check.passes(0.29 - 0.26) and not check.passes(0.0299)  # 0.02999999999999997 is on the bound

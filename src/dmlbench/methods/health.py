@@ -18,6 +18,10 @@ from dataclasses import dataclass
 #: Prefix of the recipe-written health numbers in ``metrics.json`` and ``log.csv``.
 HEALTH_PREFIX = "health/"
 
+#: A value this close to a bound counts as on it: a bound holds up to float rounding (an R@1 shortfall of
+#: 211/400 − 203/400 is 0.020000000000000018 in float64, exactly the 0.02 it is checked against).
+BOUND_TOLERANCE = 1e-9
+
 
 @dataclass(frozen=True)
 class HealthCheck:
@@ -42,17 +46,19 @@ class HealthCheck:
             raise ValueError(f"health check {self.key!r}: minimum {self.minimum:g} > maximum {self.maximum:g}")
 
     def passes(self, value: float) -> bool:
-        """Whether ``value`` is finite and inside the bounds.
+        """Whether ``value`` is finite and inside the bounds, up to :data:`BOUND_TOLERANCE`.
 
         >>> check = HealthCheck("health/mask_std", minimum=0.05)
         >>> check.passes(0.2), check.passes(0.01), check.passes(float("nan"))
         (True, False, False)
+        >>> HealthCheck("health/init_shortfall", maximum=0.02).passes(0.5275 - 0.5075)  # 0.020000000000000018
+        True
         """
         if not math.isfinite(value):
             return False
-        if self.minimum is not None and value < self.minimum:
+        if self.minimum is not None and value < self.minimum - BOUND_TOLERANCE:
             return False
-        return self.maximum is None or value <= self.maximum
+        return self.maximum is None or value <= self.maximum + BOUND_TOLERANCE
 
     def bound_text(self) -> str:
         """The bound as text, e.g. ``health/mask_std >= 0.05``.
