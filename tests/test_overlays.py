@@ -111,12 +111,6 @@ def test_the_test_selected_overlay_logs_test_recall_and_still_selects_on_validat
         assert training["log_test_recall"] is True and training["selection"] == "val", method
 
 
-def _leaves(tree: object, prefix: str = "") -> dict[str, object]:
-    if isinstance(tree, dict):
-        return {key: value for name, sub in tree.items() for key, value in _leaves(sub, f"{prefix}{name}.").items()}
-    return {prefix.rstrip("."): tree}
-
-
 @pytest.mark.parametrize(
     ("method", "reference", "changed"),
     [
@@ -137,12 +131,14 @@ def _leaves(tree: object, prefix: str = "") -> dict[str, object]:
 def test_each_mpn_diagnosis_entry_changes_one_thing_of_its_reference(method: str, reference: str, changed: set) -> None:
     """Each diagnostic run (docs/results.md, "Why MPN trails normalised softmax") differs from the run it
     is read against in the named settings only, under the overlay it is run with."""
+    from dmlbench.tuning.space import flat_values
+
     overlays = REPO / "workflow" / "overlays"
     config = load_config([REPO / "params.yaml", overlays / "cub_lite.yaml", overlays / "mpn_diagnosis.yaml"])
 
     def settings(name: str) -> dict[str, object]:
         run = resolve_run(config, "cub200", name, 0)
-        return _leaves({"loss": run["method_config"]["loss"], **run["training"]})
+        return flat_values({"loss": run["method_config"]["loss"], **run["training"]})
 
     ours, theirs = settings(method), settings(reference)
     differing = {key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)}

@@ -46,7 +46,6 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from itertools import count
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -548,6 +547,11 @@ def params_entries(params: Iterable[tuple[str, str]]) -> list:
     return [*by_file.pop(default, []), *({file: keys} for file, keys in by_file.items())]
 
 
+def method_names(members: list[Job]) -> list[str]:
+    """The sorted ``method`` wildcard values of some jobs (``""`` for a job without one)."""
+    return sorted({dict(job.wildcards).get("method", "") for job in members})
+
+
 def shared_label(members: list[Job]) -> str:
     """What the jobs of a group share, for the group's name: their ``method`` wildcard where it is one value,
     else the common prefix of its values and their common suffix from a ``_`` on, joined by ``_`` (``""`` where
@@ -559,7 +563,7 @@ def shared_label(members: list[Job]) -> str:
     >>> shared_label([job("abe2_nodiv"), job("abe8_nodiv")]), shared_label([job("heads1"), job("abe1")])
     ('abe_nodiv', '')
     """
-    methods = sorted({dict(job.wildcards).get("method", "") for job in members})
+    methods = method_names(members)
     if len(methods) == 1:
         return methods[0]
     prefix = os.path.commonprefix(methods)
@@ -580,7 +584,7 @@ def stage_groups(jobs: list[Job]) -> dict[str, list[Job]]:
 
     def naming_order(entry: tuple[str, list[Job], str]) -> tuple[str, bool, str, int]:
         rule, members, label = entry
-        return rule, len({dict(job.wildcards).get("method") for job in members}) > 1, label, -len(members)
+        return rule, len(method_names(members)) > 1, label, -len(members)
 
     labelled = [
         (rule, members, shared_label(members) if groups_per_rule[rule] > 1 else "")
@@ -589,9 +593,10 @@ def stage_groups(jobs: list[Job]) -> dict[str, list[Job]]:
     groups: dict[str, list[Job]] = {}
     for rule, members, label in sorted(labelled, key=naming_order):
         base = f"{rule}_{re.sub(rf'[^{WORD}]', '_', label)}" if label else rule
-        name = next(
-            candidate for number in count(1) if (candidate := base if number == 1 else f"{base}_{number}") not in groups
-        )
+        name, number = base, 1
+        while name in groups:
+            number += 1
+            name = f"{base}_{number}"
         groups[name] = members
     return dict(sorted(groups.items(), key=lambda item: (item[1][0].rule, item[0])))
 
